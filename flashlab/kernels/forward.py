@@ -1,0 +1,201 @@
+r"""Tiled FlashAttention forward: online softmax over key blocks, nothing of size Sq x Sk stored.
+
+For one query block $Q_i$ (rows ``[i0, i1)``) and key/value blocks $K_j, V_j$ the kernel keeps,
+per row, a running maximum $m$, a running denominator $\ell$ and an unnormalised output
+$\tilde O$. Visiting block $j$:
+
+$$
+\begin{aligned}
+S &= \text{scale}\,(Q_i K_j^\top + Q^{rope}_i {K^{rope}_j}^\top) \quad\text{(masked entries} = -\infty)\\
+m' &= \max\big(m, \operatorname{rowmax}(S)\big)\\
+\tilde P &= e^{S - m'} \\
+\ell' &= e^{m - m'}\,\ell + \operatorname{rowsum}(\tilde P)\\
+\tilde O' &= e^{m - m'}\,\tilde O + \tilde P V_j
+\end{aligned}
+$$
+
+and after the last block $O_i = \tilde O / \ell$ and $\mathrm{LSE}_i = m + \log \ell$. The factor
+$e^{m - m'}$ rescales everything accumulated under the old maximum, so the result equals
+$\operatorname{softmax}(S) V$ exactly (in exact arithmetic) whatever the block order or size.
+
+**Tile skipping.** For rows ``[i0, i1)`` the band (``causal``/``window``) allows only keys in
+``[i0 - left, i1 - 1 + right]``; :func:`flashlab.masks.kv_block_range` turns that into a range
+of kv-blocks, and the loop below runs over that range only: blocks outside it are never
+loaded or multiplied. Inside it, a tile the band covers fully needs no element-wise masking
+(:func:`flashlab.masks.tile_class`); with a dense ``mask`` a tile whose mask is all ``True``
+is skipped after reading the mask tile.
+
+**Rows with no allowed key** keep $m = -\infty$, $\ell = 0$: they give $O = 0$ and
+$\mathrm{LSE} = -\infty$ (never NaN), see :func:`finalize_rows`.
+
+Every helper below is ``@njit``; the tile explorer (:mod:`flashlab.walk`) calls the same
+helpers one tile at a time, so what the book animates is this code.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
+from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
+
+
+@njit(cache=True)
+def score_tile(qs_blk, k_blk, qrs_blk, kr_blk, has_rope, s):
+    """Scores of one tile into ``s``, shape ``(rows, cols)``.
+
+    ``qs_blk`` (rows, Dqk) is the query block already multiplied by ``scale``; ``k_blk``
+    (cols, Dqk). With ``has_rope`` the RoPE part ``qrs_blk`` (rows, Dr) x ``kr_blk`` (cols, Dr)
+    is added into the same tile.
+    """
+    # S = (scale Q_i) K_j^T          (one BLAS gemm written straight into the tile buffer)
+    np.dot(qs_blk, k_blk.T, s)
+    if has_rope:
+        # S += (scale Q^rope_i) K^rope_j^T   (same score tile: no concatenated Q or K)
+        s += np.dot(qrs_blk, kr_blk.T)
+
+
+@njit(cache=True)
+def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
+    """Set masked entries of tile ``s`` (rows ``i0..``, cols ``j0..``) to ``-inf``.
+
+    ``band_partial``: the band cuts through this tile (otherwise no band test is needed).
+    ``mask2d`` (Sq, Sk) bool, True = masked out, read only when ``has_mask``.
+    """
+    rows, cols = s.shape
+    for r in range(rows):
+        i = i0 + r
+        for c in range(cols):
+            j = j0 + c
+            # allowed iff i - left <= j <= i + right  and  not mask[i, j]
+            if band_partial and (j < i - left or j > i + right):
+                s[r, c] = -np.inf
+            elif has_mask and mask2d[i, j]:
+                s[r, c] = -np.inf
+
+
+@njit(cache=True)
+def tile_fully_masked(mask2d, i0, i1, j0, j1):
+    """True when the dense mask removes every entry of the tile (then it is skipped)."""
+    for i in range(i0, i1):
+        for j in range(j0, j1):
+            if not mask2d[i, j]:
+                return False
+    return True
+
+
+@njit(cache=True)
+def online_softmax_update(s, v_blk, m, l, acc, pv):
+    """Fold one score tile into the running state; ``s`` is overwritten with $\\tilde P$.
+
+    s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = $\\tilde O$;
+    pv (rows, Dv) scratch for $\\tilde P V_j$.
+    """
+    rows, cols = s.shape
+    for r in range(rows):
+        # m_new = max(m, rowmax(S))
+        m_new = m[r]
+        for c in range(cols):
+            if s[r, c] > m_new:
+                m_new = s[r, c]
+        if m_new == -np.inf:
+            # no allowed key seen yet in this row: P~ = 0 and the state stays (m=-inf, l=0, O~=0)
+            for c in range(cols):
+                s[r, c] = 0.0
+            continue
+        # alpha = e^{m - m_new}   (0 when m was -inf: nothing accumulated yet)
+        alpha = math.exp(m[r] - m_new)
+        # P~ = e^{S - m_new};  masked entries: e^{-inf} = 0
+        rowsum = 0.0
+        for c in range(cols):
+            e = math.exp(s[r, c] - m_new)
+            s[r, c] = e
+            rowsum += e
+        # l <- alpha l + rowsum(P~)
+        l[r] = alpha * l[r] + rowsum
+        # O~ <- alpha O~   (the P~ V_j term is added below, for all rows in one gemm)
+        for d in range(acc.shape[1]):
+            acc[r, d] *= alpha
+        m[r] = m_new
+    # O~ <- O~ + P~ V_j
+    np.dot(s, v_blk, pv)
+    acc += pv
+
+
+@njit(cache=True)
+def finalize_rows(m, l, acc, o_blk, lse_blk):
+    """O = O~ / l and LSE = m + log(l); a row with no allowed key (l = 0) gets O = 0, LSE = -inf."""
+    for r in range(acc.shape[0]):
+        if l[r] == 0.0:
+            lse_blk[r] = -np.inf
+            for d in range(acc.shape[1]):
+                o_blk[r, d] = 0.0
+        else:
+            # LSE = m + log(l)
+            lse_blk[r] = m[r] + math.log(l[r])
+            inv = 1.0 / l[r]
+            # O = O~ / l
+            for d in range(acc.shape[1]):
+                o_blk[r, d] = acc[r, d] * inv
+
+
+@njit(parallel=True, cache=True)
+def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scale,
+                         left, right, block_q, block_k, o, lse, tiles_done):
+    """Tiled online-softmax attention forward, in place into ``o`` and ``lse``.
+
+    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); q_rope (B, H, Sq, Dr) and
+    k_rope (B, Hr, Sk, Dr), read only when ``has_rope``; mask (Bm, Hm, Sq, Sk) bool with
+    Bm in {1, B}, Hm in {1, H}, read only when ``has_mask``; scale a scalar of q's dtype;
+    band ``[i - left, i + right]``; o (B, H, Sq, Dv); lse (B, H, Sq) float32;
+    tiles_done (B * H * n_qblocks,) int64 receives the number of tiles computed per q-block.
+    All arrays C-contiguous; o's dtype is the accumulation dtype (float32 or float64).
+    """
+    B, H, Sq, _ = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    Dv = v.shape[3]
+    group = H // Hkv              # GQA: query head h reads kv head h // group
+    group_r = H // k_rope.shape[1]
+    n_qb = (Sq + block_q - 1) // block_q
+    # one parallel work item per (batch, head, q-block): small head counts still fill both cores
+    for t in prange(B * H * n_qb):
+        b = t // (H * n_qb)
+        h = (t // n_qb) % H
+        qb = t % n_qb
+        hk = h // group
+        mb = b if mask.shape[0] > 1 else 0
+        mh = h if mask.shape[1] > 1 else 0
+        i0 = qb * block_q
+        i1 = min(i0 + block_q, Sq)
+        rows = i1 - i0
+        # Q_i is read once per q-block and pre-scaled: (scale Q_i) K_j^T = scale (Q_i K_j^T)
+        qs = q[b, h, i0:i1] * scale
+        qrs = q_rope[b, h, i0:i1] * scale if has_rope else q_rope[0, 0, 0:1]
+        m = np.full(rows, -np.inf, dtype=o.dtype)
+        l = np.zeros(rows, dtype=o.dtype)
+        acc = np.zeros((rows, Dv), dtype=o.dtype)
+        pv = np.empty((rows, Dv), dtype=o.dtype)
+        # one flat buffer for every tile of this q-block; a (rows, cols) reshape of its head
+        # is C-contiguous, which np.dot's BLAS path needs (a 2-D slice of a 2-D buffer is not)
+        s_buf = np.empty(rows * block_k, dtype=o.dtype)
+        done = 0
+        kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
+        for kb in range(kb0, kb1):
+            j0 = kb * block_k
+            j1 = min(j0 + block_k, Sk)
+            cls = tile_class(i0, i1, j0, j1, left, right)
+            if cls == EMPTY:
+                continue
+            if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1):
+                continue
+            s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
+            kr = k_rope[b, h // group_r, j0:j1] if has_rope else k_rope[0, 0, 0:1]
+            score_tile(qs, k[b, hk, j0:j1], qrs, kr, has_rope, s)
+            if cls != FULL or has_mask:
+                mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
+            online_softmax_update(s, v[b, hk, j0:j1], m, l, acc, pv)
+            done += 1
+        finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
+        tiles_done[t] = done
