@@ -1,0 +1,68 @@
+"""One palette and one figure helper shared by every drawing in :mod:`flashlab.viz`.
+
+Colours are the Okabe-Ito set (Okabe & Ito, *Color Universal Design*, 2008), which stays
+distinguishable under the common forms of colour-vision deficiency. They are named by the
+*role* they play in a figure, so that "a full tile" or "the K operand" has the same colour in
+every chapter.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+#: the eight Okabe-Ito colours by their usual names
+OKABE_ITO: dict[str, str] = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+
+#: colours by role; look roles up here rather than writing hex codes in a drawing
+PALETTE: dict[str, str] = {
+    # tile classes (flashlab.masks): skipped, computed with a mask, computed without one
+    "empty": "#EEEEEE",
+    "partial": OKABE_ITO["orange"],
+    "full": OKABE_ITO["blue"],
+    # attention operands and results
+    "q": OKABE_ITO["blue"],
+    "k": OKABE_ITO["vermillion"],
+    "v": OKABE_ITO["bluish_green"],
+    "o": OKABE_ITO["reddish_purple"],
+    "s": OKABE_ITO["orange"],
+    "p": OKABE_ITO["yellow"],
+    "rope": OKABE_ITO["sky_blue"],
+    # roofline and pipeline roles
+    "compute": OKABE_ITO["blue"],
+    "memory": OKABE_ITO["vermillion"],
+    "vector": OKABE_ITO["bluish_green"],
+    "mte": OKABE_ITO["orange"],
+    "idle": "#DDDDDD",
+    "highlight": OKABE_ITO["reddish_purple"],
+    "text": OKABE_ITO["black"],
+    "grid": "#BBBBBB",
+}
+
+#: a cycle for plots with several series of the same role (e.g. several hardware profiles)
+SERIES: tuple[str, ...] = (
+    OKABE_ITO["blue"], OKABE_ITO["vermillion"], OKABE_ITO["bluish_green"],
+    OKABE_ITO["orange"], OKABE_ITO["reddish_purple"], OKABE_ITO["sky_blue"],
+    OKABE_ITO["black"],
+)
+
+
+def new_figure(w: float = 6.0, h: float = 4.0, *, nrows: int = 1, ncols: int = 1,
+               dpi: int = 80, **subplot_kw):
+    """A small figure of ``w x h`` inches with ``nrows x ncols`` axes in book style.
+
+    Returns ``(fig, ax)`` (``ax`` an array when ``nrows * ncols > 1``), like
+    :func:`matplotlib.pyplot.subplots`. ``dpi`` defaults low so notebooks stay small.
+    """
+    if w <= 0 or h <= 0:
+        raise ValueError(f"w and h must be positive inches, got w={w}, h={h}")
+    fig, ax = plt.subplots(nrows, ncols, figsize=(w, h), dpi=dpi, layout="constrained",
+                           **subplot_kw)
+    return fig, ax
