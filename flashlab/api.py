@@ -20,8 +20,13 @@ def compute_dtype(dtype: np.dtype) -> type:
     return np.float64 if dtype == np.float64 else np.float32
 
 
-def _forward(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run the kernel on a validated problem; returns (o, lse, tiles_done) in the compute dtype."""
+def _forward(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Run the kernel on a validated problem.
+
+    Returns ``(o, lse, row_max, tiles_done)``: o (B, H, Sq, Dv) in the compute dtype; lse and
+    row_max (B, H, Sq) float32 (row_max = the final running max, CANN's ``softmax_max``);
+    tiles_done (B * H * n_qblocks,) int64.
+    """
     B, H, _, Sq, _, _, Dv = p.shape
     ct = compute_dtype(p.dtype)
     q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
@@ -34,11 +39,12 @@ def _forward(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     mask = _NO_MASK if p.mask is None else p.mask
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=np.float32)
+    row_max = np.empty((B, H, Sq), dtype=np.float32)
     n_qb = -(-Sq // p.block_q)
     tiles = np.zeros(B * H * n_qb, dtype=np.int64)
     flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
-                         ct(p.scale), p.left, p.right, p.block_q, p.block_k, o, lse, tiles)
-    return o, lse, tiles
+                         ct(p.scale), p.left, p.right, p.block_q, p.block_k, o, lse, row_max, tiles)
+    return o, lse, row_max, tiles
 
 
 def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
@@ -70,7 +76,7 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)
-    o, lse, _ = _forward(p)
+    o, lse, _, _ = _forward(p)
     return o.astype(p.dtype, copy=False), lse
 
 
@@ -81,6 +87,6 @@ def tiles_computed(q, k, v, **options) -> np.ndarray:
     the tests and the masks chapter to show that skipped tiles are really never computed.
     """
     p = prepare(q, k, v, **options)
-    _, _, tiles = _forward(p)
+    tiles = _forward(p)[3]
     B, H = p.q.shape[:2]
     return tiles.reshape(B, H, -1)

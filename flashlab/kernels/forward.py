@@ -143,13 +143,15 @@ def finalize_rows(m, l, acc, o_blk, lse_blk):
 
 @njit(parallel=True, cache=True)
 def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scale,
-                         left, right, block_q, block_k, o, lse, tiles_done):
+                         left, right, block_q, block_k, o, lse, row_max, tiles_done):
     """Tiled online-softmax attention forward, in place into ``o`` and ``lse``.
 
     q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); q_rope (B, H, Sq, Dr) and
     k_rope (B, Hr, Sk, Dr), read only when ``has_rope``; mask (Bm, Hm, Sq, Sk) bool with
     Bm in {1, B}, Hm in {1, H}, read only when ``has_mask``; scale a scalar of q's dtype;
     band ``[i - left, i + right]``; o (B, H, Sq, Dv); lse (B, H, Sq) float32;
+    row_max (B, H, Sq) float32 receives the final running max m (the row max of the scaled,
+    masked scores: CANN's ``softmax_max``; -inf for a row with no allowed key);
     tiles_done (B * H * n_qblocks,) int64 receives the number of tiles computed per q-block.
     All arrays C-contiguous; o's dtype is the accumulation dtype (float32 or float64).
     """
@@ -198,4 +200,5 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
             online_softmax_update(s, v[b, hk, j0:j1], m, l, acc, pv)
             done += 1
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
+        row_max[b, h, i0:i1] = m
         tiles_done[t] = done
