@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.checks import Problem, prepare
+from flashlab.checks import Problem, _contiguous, prepare
+from flashlab.kernels.backward import flash_backward_kernel, q_splits, sum_partials
 from flashlab.kernels.forward import flash_forward_kernel
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
@@ -90,3 +91,117 @@ def tiles_computed(q, k, v, **options) -> np.ndarray:
     tiles = _forward(p)[3]
     B, H = p.q.shape[:2]
     return tiles.reshape(B, H, -1)
+
+
+def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
+
+    Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
+    (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    """
+    B, H, _, Sq, _, _, Dv = p.shape
+    expected = (B, H, Sq, Dv)
+    for name, x in (("do", do), ("o", o)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
+                            f"got {type(x).__name__}")
+        if x.shape != expected:
+            raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
+        if x.dtype != p.dtype:
+            raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf; it must be finite")
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
+                        f"got {type(lse).__name__}")
+    if lse.shape != (B, H, Sq):
+        raise ValueError(f"lse must have shape (B, H, Sq) = {(B, H, Sq)}; got {lse.shape}")
+    if lse.dtype not in (np.float32, np.float64):
+        raise TypeError(f"lse must be float32 (as flash_attention returns it) or float64; got {lse.dtype}")
+    if np.isnan(lse).any() or (lse == np.inf).any():
+        raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
+    # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
+    return tuple(_contiguous(x) for x in (do, o, lse))
+
+
+def _backward(p: Problem, do, o, lse) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Run the backward kernels on a validated problem.
+
+    Returns ``((dq, dk, dv[, dq_rope, dk_rope]), tiles_done)`` with the gradients in the
+    compute dtype and ``tiles_done`` (B * H * n_qblocks,) int64, tiles visited per q-block
+    (the tests check that it equals the forward's).
+    """
+    B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
+    ct = compute_dtype(p.dtype)
+    do, o, lse = _backward_operands(p, do, o, lse)
+    q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
+    has_rope = p.q_rope is not None
+    if has_rope:
+        q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
+        Hr, Dr = k_rope.shape[1], p.d_rope
+    else:
+        q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
+        k_rope = q_rope
+        Hr, Dr = 1, 1
+    mask = _NO_MASK if p.mask is None else p.mask
+    n_qb = -(-Sq // p.block_q)
+    n_split = q_splits(B, H, n_qb)
+
+    def grad_and_partial(heads: int, dim: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        # grad (B, heads, Sk, dim), the kernel's per-work-item partial (B, H, n_split, Sk, dim)
+        # and whether partials must be summed; with one query head per output head and one
+        # chunk the partial IS the gradient (a reshaped view: no extra memory, no sum)
+        grad = np.zeros((B, heads, Sk, dim), dtype=ct)
+        if heads == H and n_split == 1:
+            return grad, grad.reshape(B, H, 1, Sk, dim), False
+        return grad, np.zeros((B, H, n_split, Sk, dim), dtype=ct), True
+
+    dk, dk_part, dk_sum = grad_and_partial(Hkv, Dqk)
+    dv, dv_part, dv_sum = grad_and_partial(Hkv, Dv)
+    if has_rope:
+        dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
+    else:
+        dk_rope, dkr_part, dkr_sum = None, np.zeros((1, 1, 1, 1, 1), dtype=ct), False
+    dq = np.empty((B, H, Sq, Dqk), dtype=ct)
+    dq_rope = np.zeros((B, H, Sq, Dr) if has_rope else (1, 1, 1, 1), dtype=ct)
+    tiles = np.zeros(B * H * n_qb, dtype=np.int64)
+    flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
+                          ct(p.scale), p.left, p.right, p.block_q, p.block_k, n_split,
+                          dq, dk_part, dv_part, dq_rope, dkr_part, tiles)
+    # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
+    for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),
+                                  (dk_rope, dkr_part, dkr_sum)):
+        if needs_sum:
+            sum_partials(part, grad)
+    grads = (dq, dk, dv) + ((dq_rope, dk_rope) if has_rope else ())
+    return grads, tiles
+
+
+def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,
+                             mask=None, q_rope=None, k_rope=None, block_q=64, block_k=64):
+    """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
+
+    Parameters
+    ----------
+    do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
+    q, k, v, scale, causal, window, mask, q_rope, k_rope, block_q, block_k : as in
+        :func:`flash_attention`, and they must be the ones the forward was called with
+    o : (B, H, Sq, Dv), q's dtype; lse : (B, H, Sq) float32 or float64 — the forward's outputs.
+        The backward's accuracy is bounded by ``lse``'s: a float32 ``lse`` limits float64
+        gradients to about 1e-7 relative; pass a float64 ``lse`` for more.
+
+    Returns
+    -------
+    ``(dq, dk, dv)``, or ``(dq, dk, dv, dq_rope, dk_rope)`` when the rope operands are given,
+    in the inputs' dtype with the shapes of q, k, v, q_rope, k_rope. dk, dv are summed over
+    the query heads sharing each kv head (GQA) and dk_rope over those sharing each k_rope
+    head. Rows with no allowed key (``lse = -inf``) contribute nothing.
+
+    Deterministic: the same bits on every run and for any Numba thread count (see
+    :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
+    the forward. float16 inputs are computed in float32.
+    """
+    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
+                q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)
+    grads, _ = _backward(p, do, o, lse)
+    return tuple(g.astype(p.dtype, copy=False) for g in grads)

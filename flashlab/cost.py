@@ -97,3 +97,46 @@ def standard_attention_extra_bytes(seq_q: int, seq_k: int, *, batch: int = 1, he
                                    elem: int = 4) -> int:
     """Bytes of the score/probability matrix that standard attention materialises (one copy)."""
     return batch * heads * seq_q * seq_k * elem
+
+
+def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int = 128,
+                    elem: int = 2) -> dict[str, tuple[float, int]]:
+    """``{name: (FLOPs, HBM bytes)}`` per (batch, head) for the roofline.
+
+    The three steps of standard attention as *unfused* operators (each reads its inputs from
+    HBM and writes its output back, as :func:`matmul_intensities` counts them):
+
+    - ``"QK^T"``: ``2 Sq Sk Dqk`` FLOPs; reads Q, K, writes S;
+    - ``"softmax"``: ``5 Sq Sk`` FLOPs; reads S, writes P;
+    - ``"PV"``: ``2 Sq Sk Dv`` FLOPs; reads P, V, writes O;
+
+    then ``"standard attention"``: the three together (their FLOPs and bytes summed; the bytes
+    are ``elem * hbm_elements_standard(...)``), and ``"FlashAttention (fused)"``: the same
+    arithmetic (the online softmax's rescaling is not counted) with the traffic of
+    :func:`hbm_elements_flash`.
+    """
+    for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
+                    ("block_q", block_q), ("elem", elem)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+    n = seq_q * seq_k
+    steps = {
+        # Q K^T: 2 n Dqk FLOPs; read Q (Sq x Dqk), K (Sk x Dqk), write S (Sq x Sk)
+        "QK^T": (2.0 * n * d_qk, elem * (seq_q * d_qk + seq_k * d_qk + n)),
+        # softmax: 5 FLOPs per element; read S, write P
+        "softmax": (float(SOFTMAX_FLOPS_PER_ELEMENT * n), elem * 2 * n),
+        # P V: 2 n Dv FLOPs; read P (Sq x Sk), V (Sk x Dv), write O (Sq x Dv)
+        "PV": (2.0 * n * d_v, elem * (n + seq_k * d_v + seq_q * d_v)),
+    }
+    total_flops = sum(f for f, _ in steps.values())
+    steps["standard attention"] = (total_flops, sum(b for _, b in steps.values()))
+    steps["FlashAttention (fused)"] = (
+        total_flops, elem * hbm_elements_flash(seq_q, seq_k, d_qk, d_v, block_q))
+    return steps
+
+
+def operation_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int = 128,
+                          elem: int = 2) -> dict[str, float]:
+    """Arithmetic intensity (FLOP/byte) of each entry of :func:`operation_costs`."""
+    return {name: f / b for name, (f, b) in
+            operation_costs(seq_q, seq_k, d_qk, d_v, block_q=block_q, elem=elem).items()}

@@ -77,10 +77,15 @@ def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
 
 
 @njit(cache=True)
-def tile_fully_masked(mask2d, i0, i1, j0, j1):
-    """True when the dense mask removes every entry of the tile (then it is skipped)."""
+def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
+    """True when band and dense mask together leave no allowed entry in the tile (it is skipped).
+
+    Only the band-allowed entries ``i - left <= j <= i + right`` are checked against the mask,
+    so a tile whose few band-allowed entries are all masked is skipped too.
+    """
     for i in range(i0, i1):
-        for j in range(j0, j1):
+        # the band-allowed columns of row i, clipped to the tile
+        for j in range(max(j0, i - left), min(j1, i + right + 1)):
             if not mask2d[i, j]:
                 return False
     return True
@@ -190,7 +195,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
             cls = tile_class(i0, i1, j0, j1, left, right)
             if cls == EMPTY:
                 continue
-            if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1):
+            if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1, left, right):
                 continue
             s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
             kr = k_rope[b, h // group_r, j0:j1] if has_rope else k_rope[0, 0, 0:1]

@@ -2,7 +2,9 @@
 
 - :mod:`flashlab.viz.style` — the shared colour-blind-safe palette and :func:`new_figure`.
 - :mod:`flashlab.viz.roofline` — log-log rooflines with attention's operations placed on them.
+- :mod:`flashlab.viz.hierarchy` — memory hierarchies drawn from the hardware profiles: a GPU
+  pyramid and the data paths of an Ascend AI Core.
 """
-from flashlab.viz.style import PALETTE, SERIES, new_figure
+from flashlab.viz.style import PALETTE, SERIES, markdown_table, new_figure
 
-__all__ = ["PALETTE", "SERIES", "new_figure"]
+__all__ = ["PALETTE", "SERIES", "markdown_table", "new_figure"]

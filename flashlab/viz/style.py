@@ -1,4 +1,4 @@
-"""One palette and one figure helper shared by every drawing in :mod:`flashlab.viz`.
+"""The shared look of the book's figures and tables: one palette, a figure helper, a table helper.
 
 Colours are the Okabe-Ito set (Okabe & Ito, *Color Universal Design*, 2008), which stays
 distinguishable under the common forms of colour-vision deficiency. They are named by the
@@ -66,3 +66,15 @@ def new_figure(w: float = 6.0, h: float = 4.0, *, nrows: int = 1, ncols: int = 1
     fig, ax = plt.subplots(nrows, ncols, figsize=(w, h), dpi=dpi, layout="constrained",
                            **subplot_kw)
     return fig, ax
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown (MyST) table: ``header`` names the columns, each row is a list of cells
+    (already formatted as strings, or anything ``str()`` turns into one). Chapters show it
+    with ``IPython.display.Markdown``."""
+    if any(len(r) != len(header) for r in rows):
+        raise ValueError(f"every row must have {len(header)} cells like the header; "
+                         f"got lengths {sorted({len(r) for r in rows})}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,269 @@
+r"""Tiled FlashAttention backward: recompute $P$ tile by tile from the forward's LSE.
+
+The forward keeps only $O$ and $\mathrm{LSE}_i = \log\sum_j e^{S_{ij}}$ per row, never the
+$S_q \times S_k$ matrix $P$. The backward gets it back one tile at a time, exactly:
+
+$$
+P_{ij} = \frac{e^{S_{ij}}}{\sum_{j'} e^{S_{ij'}}} = e^{S_{ij} - \mathrm{LSE}_i},
+$$
+
+so a single pass over the tiles suffices (no running maximum, no rescaling). With
+$D_i = \operatorname{rowsum}(dO_i \circ O_i)$ (which equals $\sum_j P_{ij}\, dP_{ij}$, the
+softmax Jacobian's correction term, but costs $O(D_v)$ per row instead of $O(S_k)$), each
+visited tile (query block $i$, key block $j$) does
+
+$$
+\begin{aligned}
+S &= \text{scale}\,(Q_i K_j^\top + Q^{rope}_i {K^{rope}_j}^\top), \qquad P = e^{S - \mathrm{LSE}_i}\\
+dV_j &\mathrel{+}= P^\top dO_i \\
+dP &= dO_i V_j^\top \\
+dS &= P \circ (dP - D_i) \\
+dQ_i &\mathrel{+}= \text{scale}\; dS\, K_j \\
+dK_j &\mathrel{+}= \text{scale}\; dS^\top Q_i \\
+dQ^{rope}_i &\mathrel{+}= \text{scale}\; dS\, K^{rope}_j \\
+dK^{rope}_j &\mathrel{+}= \text{scale}\; dS^\top Q^{rope}_i
+\end{aligned}
+$$
+
+**FLOPs.** That is 5 matrix products per tile ($QK^\top$, $P^\top dO$, $dO V^\top$, $dS K$,
+$dS^\top Q$) against the forward's 2 ($QK^\top$, $PV$): the backward costs about 2.5x the
+forward, the well-known ratio. (The rope operands add 3 thin products of width $D_r$.)
+
+**Parallel split and determinism.** The result must be the same bits on every run and for
+every thread count, so no two threads may ever add into the same output element, and every
+sum must be taken in an order fixed by the problem alone. Two classic designs:
+
+* parallel over key blocks (each thread owns $dK_j, dV_j$) and a *second pass* over query
+  blocks for $dQ$: deterministic, but the second pass recomputes $S$ and $dP$, 7 products
+  per tile instead of 5 (+40 %);
+* atomics into $dQ$ (FlashAttention-2's default): 5 products, but the summation order
+  depends on thread timing — not deterministic.
+
+This kernel keeps 5 products *and* determinism. The parallel work item is
+``(b, h, c)``: query head ``h`` of batch ``b`` and a chunk ``c`` of that head's query blocks
+(``n_split`` chunks, query block ``qb`` belongs to chunk ``qb % n_split``; interleaving
+balances causal masks, where late blocks see more keys). The item owns the $dQ$ rows of its
+query blocks outright, and adds $dK_j, dV_j$ (and $dK^{rope}_j$) into its **own partial
+buffer** ``part[b, h, c]`` of shape ``(Sk, D)``, visiting tiles in a fixed order. A second,
+cheap kernel (:func:`sum_partials`) then adds the partials of the heads that share a kv
+head (GQA) and of the chunks, in a fixed order: $O(H\,S_k\,D)$ additions against the
+$O(H\,S_q\,S_k\,D)$ of the tiles. ``n_split`` is chosen from the shape only
+(:func:`q_splits`: 1 when ``B*H >= 4``), never from the thread count, so one thread and
+many threads produce the same bits. The price is memory: the partial buffers hold
+``B*H*n_split*Sk*(Dqk+Dv+Dr)`` numbers — what FlashAttention-2 also allocates for GQA
+(``dk_expanded``) — and none at all for plain multi-head attention with ``n_split = 1``,
+where ``part`` *is* the output (see :func:`flashlab.api.flash_attention_backward`).
+
+**Tile skipping** is the forward's, by construction: the same
+:func:`flashlab.masks.kv_block_range`, :func:`flashlab.masks.tile_class` and
+:func:`flashlab.kernels.forward.tile_fully_masked` decide which tiles are visited, and the
+forward's :func:`~flashlab.kernels.forward.score_tile` and
+:func:`~flashlab.kernels.forward.mask_tile` recompute $S$ — so $P$ is recomputed from the
+very scores the forward normalised.
+
+**Rows with no allowed key** have $\mathrm{LSE} = -\infty$; their $P$ row is set to 0
+(never $e^{-\infty + \infty}$ = NaN), so they contribute nothing to any gradient.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
+from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
+from flashlab.kernels.forward import mask_tile, score_tile, tile_fully_masked
+
+#: :func:`q_splits` splits the query blocks of each head until there are at least this many
+#: parallel work items (a constant, never the thread count: the bits must not depend on it).
+MIN_WORK_ITEMS = 4
+
+
+def q_splits(batch: int, heads: int, n_qblocks: int) -> int:
+    """Number of query-block chunks per head: the smallest giving ``>= MIN_WORK_ITEMS`` items.
+
+    >>> q_splits(1, 8, 32), q_splits(1, 1, 32), q_splits(1, 2, 32), q_splits(1, 1, 3)
+    (1, 4, 2, 3)
+    """
+    want = -(-MIN_WORK_ITEMS // (batch * heads))
+    return max(1, min(n_qblocks, want))
+
+
+@njit(cache=True)
+def row_dot(do_blk, o_blk, dsum):
+    """D_i = rowsum(dO_i * O_i) into ``dsum`` (rows,); do_blk, o_blk (rows, Dv)."""
+    for r in range(do_blk.shape[0]):
+        acc = 0.0
+        for d in range(do_blk.shape[1]):
+            acc += do_blk[r, d] * o_blk[r, d]
+        dsum[r] = acc
+
+
+@njit(cache=True)
+def probs_from_lse(s, lse_blk):
+    """Overwrite the score tile ``s`` (rows, cols) with $P = e^{S - \\mathrm{LSE}}$.
+
+    ``lse_blk`` (rows,). A row with LSE = -inf (no allowed key) gets P = 0; masked entries
+    (S = -inf) give e^{-inf} = 0.
+    """
+    rows, cols = s.shape
+    for r in range(rows):
+        m = lse_blk[r]
+        if m == -np.inf:
+            for c in range(cols):
+                s[r, c] = 0.0
+            continue
+        for c in range(cols):
+            # P_ij = exp(S_ij - LSE_i)
+            s[r, c] = math.exp(s[r, c] - m)
+
+
+@njit(cache=True)
+def ds_from_dp(p, dp, dsum):
+    """Overwrite ``dp`` (rows, cols) with $dS = P \\circ (dP - D)$; ``dsum`` (rows,) is $D$."""
+    rows, cols = p.shape
+    for r in range(rows):
+        for c in range(cols):
+            # dS_ij = P_ij (dP_ij - D_i)
+            dp[r, c] = p[r, c] * (dp[r, c] - dsum[r])
+
+
+@njit(parallel=True, cache=True)
+def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, has_mask,
+                          scale, left, right, block_q, block_k, n_split,
+                          dq, dk_part, dv_part, dq_rope, dkr_part, tiles_done):
+    """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
+
+    Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
+    do (B, H, Sq, Dv); q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv);
+    o (B, H, Sq, Dv); lse (B, H, Sq); q_rope (B, H, Sq, Dr) and k_rope (B, Hr, Sk, Dr), read
+    only when ``has_rope``; mask (Bm, Hm, Sq, Sk) bool (True = masked out), Bm in {1, B},
+    Hm in {1, H}, read only when ``has_mask``; scale a scalar of the accumulation dtype;
+    band ``[i - left, i + right]``; ``n_split`` query-block chunks per head.
+
+    Outputs: dq (B, H, Sq, Dqk); dq_rope (B, H, Sq, Dr) (untouched without rope);
+    dk_part (B, H, n_split, Sk, Dqk), dv_part (B, H, n_split, Sk, Dv),
+    dkr_part (B, H, n_split, Sk, Dr) zero-initialised partial sums, one per work item
+    (reduce them with :func:`sum_partials`); tiles_done (B * H * n_qblocks,) int64.
+    """
+    B, H, Sq, Dqk = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    Dv = v.shape[3]
+    Dr = q_rope.shape[3]
+    group = H // Hkv              # GQA: query head h reads kv head h // group
+    group_r = H // k_rope.shape[1]
+    n_qb = (Sq + block_q - 1) // block_q
+    dt = dq.dtype
+    # work item (b, h, c): head h of batch b, query blocks qb with qb % n_split == c
+    for t in prange(B * H * n_split):
+        b = t // (H * n_split)
+        h = (t // n_split) % H
+        c = t % n_split
+        hk = h // group
+        hr = h // group_r
+        mb = b if mask.shape[0] > 1 else 0
+        mh = h if mask.shape[1] > 1 else 0
+        dk_acc, dv_acc, dkr_acc = dk_part[b, h, c], dv_part[b, h, c], dkr_part[b, h, c]
+        # flat scratch buffers: a (rows, cols) reshape of a head is C-contiguous (BLAS needs it)
+        s_buf = np.empty(block_q * block_k, dtype=dt)
+        dp_buf = np.empty(block_q * block_k, dtype=dt)
+        dq_tmp_buf = np.empty(block_q * Dqk, dtype=dt)
+        dqr_tmp_buf = np.empty(block_q * Dr, dtype=dt)
+        dk_tmp_buf = np.empty(block_k * Dqk, dtype=dt)
+        dv_tmp_buf = np.empty(block_k * Dv, dtype=dt)
+        dkr_tmp_buf = np.empty(block_k * Dr, dtype=dt)
+        dsum = np.empty(block_q, dtype=dt)
+        for qb in range(c, n_qb, n_split):
+            i0 = qb * block_q
+            i1 = min(i0 + block_q, Sq)
+            rows = i1 - i0
+            # scale Q_i once per q-block: S = (scale Q_i) K_j^T, as in the forward, and
+            # scale dS^T Q_i = dS^T (scale Q_i)
+            qs = q[b, h, i0:i1] * scale
+            qrs = q_rope[b, h, i0:i1] * scale if has_rope else q_rope[0, 0, 0:1]
+            do_blk = do[b, h, i0:i1]
+            lse_blk = lse[b, h, i0:i1]
+            # D_i = rowsum(dO_i * O_i)
+            row_dot(do_blk, o[b, h, i0:i1], dsum[:rows])
+            dq_acc = np.zeros((rows, Dqk), dtype=dt)
+            dqr_acc = np.zeros((rows, Dr), dtype=dt)
+            dq_tmp = dq_tmp_buf[: rows * Dqk].reshape((rows, Dqk))
+            dqr_tmp = dqr_tmp_buf[: rows * Dr].reshape((rows, Dr))
+            done = 0
+            # the forward's tile loop: same kv-block range, same skips
+            kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
+            for kb in range(kb0, kb1):
+                j0 = kb * block_k
+                j1 = min(j0 + block_k, Sk)
+                cols = j1 - j0
+                cls = tile_class(i0, i1, j0, j1, left, right)
+                if cls == EMPTY:
+                    continue
+                if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1, left, right):
+                    continue
+                k_blk = k[b, hk, j0:j1]
+                v_blk = v[b, hk, j0:j1]
+                kr_blk = k_rope[b, hr, j0:j1] if has_rope else k_rope[0, 0, 0:1]
+                s = s_buf[: rows * cols].reshape((rows, cols))
+                dp = dp_buf[: rows * cols].reshape((rows, cols))
+                # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T), masked entries -inf
+                score_tile(qs, k_blk, qrs, kr_blk, has_rope, s)
+                if cls != FULL or has_mask:
+                    mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
+                # P = exp(S - LSE_i)   (s now holds P)
+                probs_from_lse(s, lse_blk)
+                # dV_j += P^T dO_i
+                dv_tmp = dv_tmp_buf[: cols * Dv].reshape((cols, Dv))
+                np.dot(s.T, do_blk, dv_tmp)
+                dv_acc[j0:j1] += dv_tmp
+                # dP = dO_i V_j^T
+                np.dot(do_blk, v_blk.T, dp)
+                # dS = P * (dP - D_i)   (dp now holds dS)
+                ds_from_dp(s, dp, dsum)
+                # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
+                np.dot(dp, k_blk, dq_tmp)
+                dq_acc += dq_tmp
+                # dK_j += scale dS^T Q_i = dS^T (scale Q_i)
+                dk_tmp = dk_tmp_buf[: cols * Dqk].reshape((cols, Dqk))
+                np.dot(dp.T, qs, dk_tmp)
+                dk_acc[j0:j1] += dk_tmp
+                if has_rope:
+                    # dQ^rope_i += dS K^rope_j   (times scale after the last tile)
+                    np.dot(dp, kr_blk, dqr_tmp)
+                    dqr_acc += dqr_tmp
+                    # dK^rope_j += scale dS^T Q^rope_i = dS^T (scale Q^rope_i)
+                    dkr_tmp = dkr_tmp_buf[: cols * Dr].reshape((cols, Dr))
+                    np.dot(dp.T, qrs, dkr_tmp)
+                    dkr_acc[j0:j1] += dkr_tmp
+                done += 1
+            # dQ_i = scale * sum_j dS K_j
+            dq[b, h, i0:i1] = dq_acc * scale
+            if has_rope:
+                # dQ^rope_i = scale * sum_j dS K^rope_j
+                dq_rope[b, h, i0:i1] = dqr_acc * scale
+            tiles_done[(b * H + h) * n_qb + qb] = done
+
+
+@njit(parallel=True, cache=True)
+def sum_partials(part, out):
+    """out[b, g] = sum over the heads h of group g, then over chunks c, of part[b, h, c].
+
+    part (B, H, n_split, Sk, D); out (B, G, Sk, D) with ``H % G == 0`` (G = Hkv for dK, dV;
+    Hr for dK^rope); head ``h`` belongs to group ``h // (H // G)``. Each output row is summed
+    by one thread in the fixed order (h, c): the same bits for any thread count.
+    """
+    B, H, n_split, Sk, D = part.shape
+    G = out.shape[1]
+    per = H // G
+    for t in prange(B * G * Sk):
+        b = t // (G * Sk)
+        g = (t // Sk) % G
+        j = t % Sk
+        for d in range(D):
+            out[b, g, j, d] = 0.0
+        for h in range(g * per, (g + 1) * per):
+            for c in range(n_split):
+                for d in range(D):
+                    # dK_g = sum_{h in group g} sum_c dK_{h, c}
+                    out[b, g, j, d] += part[b, h, c, j, d]

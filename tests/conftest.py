@@ -1,0 +1,156 @@
+"""Shared helpers for the flashlab tests: random inputs, masks, and the tolerance rule.
+
+Plain functions (import them with ``from conftest import ...``) so that every test module,
+including the backward tests, builds inputs and judges errors the same way.
+
+The tolerance rule (:func:`assert_close_to_reference`) is the one flash-attention's own tests
+use: a kernel is compared against a float64 reference, and its maximum absolute error may be
+at most **twice** the maximum absolute error of a plain naive implementation computed in the
+inputs' own dtype (:func:`flashlab.attention_naive`; float16 inputs are compared with the
+float16 naive), plus a floor of ``1e-6`` so that cases where the naive result happens to be
+exact (float64, or a single allowed key) are not judged against zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import flashlab
+
+#: the absolute floor added to the tolerance (see the module docstring)
+ABS_FLOOR = 1e-6
+
+
+# ----------------------------------------------------------------------------------- inputs
+def make_qkv(B: int, H: int, Hkv: int, Sq: int, Sk: int, Dqk: int, Dv: int, *,
+             dtype=np.float32, seed: int = 0, q_scale: float = 1.0,
+             Dr: int = 0, Hr: int = 1) -> dict:
+    """Random standard-normal attention operands as a dict of keyword arguments.
+
+    Returns ``{"q": (B, H, Sq, Dqk), "k": (B, Hkv, Sk, Dqk), "v": (B, Hkv, Sk, Dv)}`` in
+    ``dtype``; with ``Dr > 0`` also ``"q_rope": (B, H, Sq, Dr)`` and ``"k_rope": (B, Hr, Sk, Dr)``.
+    ``q_scale`` multiplies q (and q_rope) to push the logits to large magnitudes.
+    """
+    rng = np.random.default_rng(seed)
+    out = {
+        "q": rng.standard_normal((B, H, Sq, Dqk)) * q_scale,
+        "k": rng.standard_normal((B, Hkv, Sk, Dqk)),
+        "v": rng.standard_normal((B, Hkv, Sk, Dv)),
+    }
+    if Dr:
+        out["q_rope"] = rng.standard_normal((B, H, Sq, Dr)) * q_scale
+        out["k_rope"] = rng.standard_normal((B, Hr, Sk, Dr))
+    return {name: x.astype(dtype) for name, x in out.items()}
+
+
+def random_mask(shape: tuple, *, seed: int = 1, p_masked: float = 0.3,
+                full_rows: int = 1) -> np.ndarray:
+    """Bool mask of ``shape`` (True = masked out) with about ``p_masked`` of entries set.
+
+    The first ``full_rows`` query rows of the last two axes are masked completely, so every
+    dense-mask test also covers rows with no allowed key.
+    """
+    rng = np.random.default_rng(seed)
+    m = rng.random(shape) < p_masked
+    m[..., :full_rows, :] = True
+    return m
+
+
+def mask_options(kind: str, B: int, H: int, Sq: int, Sk: int, seed: int = 1) -> dict:
+    """Keyword options (causal / window / mask) for one named mask kind; see :data:`MASK_KINDS`."""
+    if kind == "none":
+        return {}
+    if kind == "causal":
+        return {"causal": True}
+    if kind == "window+causal":
+        return {"window": (10, 5), "causal": True}
+    if kind in WINDOWS:
+        return {"window": WINDOWS[kind]}
+    if kind == "causal+mask":
+        return {"causal": True, "mask": random_mask((B, H, Sq, Sk), seed=seed)}
+    shapes = {"mask(Sq,Sk)": (Sq, Sk), "mask(B,1,Sq,Sk)": (B, 1, Sq, Sk),
+              "mask(1,H,Sq,Sk)": (1, H, Sq, Sk), "mask(B,H,Sq,Sk)": (B, H, Sq, Sk)}
+    return {"mask": random_mask(shapes[kind], seed=seed)}
+
+
+#: windows by name: both sides, one side None, negative sides
+WINDOWS = {
+    "window(40,17)": (40, 17),
+    "window(20,None)": (20, None),
+    "window(None,10)": (None, 10),
+    "window(-2,30)": (-2, 30),      # j in [i+2, i+30]: rows near the end see no key
+    "window(40,-3)": (40, -3),      # j in [i-40, i-3]: the first 3 rows see no key
+}
+
+#: every mask kind the forward must handle
+MASK_KINDS = ["none", "causal", *WINDOWS, "mask(Sq,Sk)", "mask(B,1,Sq,Sk)", "mask(1,H,Sq,Sk)",
+              "mask(B,H,Sq,Sk)", "causal+mask", "window+causal"]
+
+
+# -------------------------------------------------------------------------------- tolerance
+def max_abs_err(x: np.ndarray, ref: np.ndarray) -> float:
+    """max |x - ref| in float64 over entries where ``ref`` is finite (0.0 when there are none)."""
+    fin = np.isfinite(ref)
+    if not fin.any():
+        return 0.0
+    return float(np.max(np.abs(x.astype(np.float64)[fin] - ref[fin])))
+
+
+def tolerance(naive: np.ndarray, ref: np.ndarray) -> float:
+    """Allowed max abs error: ``2 * max|naive - ref| + ABS_FLOOR`` (flash-attention's rule)."""
+    return 2.0 * max_abs_err(naive, ref) + ABS_FLOOR
+
+
+def assert_close_to_reference(o, lse, naive_o, naive_lse, ref_o, ref_lse, *, what: str = "") -> None:
+    """Apply the tolerance rule to ``o`` and ``lse``; also check NaN-freeness and -inf rows.
+
+    ``lse`` rows that are ``-inf`` in the float64 reference (no allowed key) must be exactly
+    ``-inf`` in the kernel's result, the others finite and within the rule.
+    """
+    assert not np.isnan(o).any(), f"{what}: NaN in o"
+    assert not np.isnan(lse).any(), f"{what}: NaN in lse"
+    err_o, tol_o = max_abs_err(o, ref_o), tolerance(naive_o, ref_o)
+    assert err_o <= tol_o, f"{what}: o max abs error {err_o:.3g} > tolerance {tol_o:.3g}"
+    empty = np.isneginf(ref_lse)
+    np.testing.assert_array_equal(np.isneginf(lse), empty, err_msg=f"{what}: -inf rows of lse differ")
+    assert np.isfinite(lse[~empty]).all(), f"{what}: non-finite lse on a row with allowed keys"
+    err_l, tol_l = max_abs_err(lse, ref_lse), tolerance(naive_lse, ref_lse)
+    assert err_l <= tol_l, f"{what}: lse max abs error {err_l:.3g} > tolerance {tol_l:.3g}"
+
+
+def check_forward(inputs: dict, **options) -> tuple[np.ndarray, np.ndarray]:
+    """Run the kernel, the same-dtype naive and the float64 reference and apply the rule.
+
+    Also checks the output dtypes (o in the inputs' dtype, lse float32) and shapes, and that
+    rows with no allowed key give o = 0 exactly. Returns the kernel's ``(o, lse)``.
+    """
+    o, lse = flashlab.flash_attention(**inputs, **options)
+    naive_o, naive_lse = flashlab.attention_naive(**inputs, **options)
+    ref_o, ref_lse = flashlab.attention_reference(**inputs, **options)
+    q, v = inputs["q"], inputs["v"]
+    assert o.dtype == q.dtype and lse.dtype == np.float32
+    assert o.shape == q.shape[:3] + v.shape[3:] and lse.shape == q.shape[:3]
+    what = ", ".join(f"{name}{val.shape}" if isinstance(val, np.ndarray) else f"{name}={val!r}"
+                     for name, val in options.items())
+    assert_close_to_reference(o, lse, naive_o, naive_lse, ref_o, ref_lse, what=what)
+    assert (o[np.isneginf(ref_lse)] == 0).all(), "rows with no allowed key must give o = 0"
+    return o, lse
+
+
+def dense_allowed(B: int, H: int, Sq: int, Sk: int, causal: bool = False, window=None,
+                  mask=None) -> np.ndarray:
+    """Brute-force (B, H, Sq, Sk) bool: True where row i may attend key j (no flashlab code)."""
+    i = np.arange(Sq)[:, None]
+    j = np.arange(Sk)[None, :]
+    ok = np.ones((Sq, Sk), dtype=bool)
+    if causal:
+        ok &= j <= i
+    if window is not None:
+        left, right = window
+        if left is not None:
+            ok &= j >= i - left
+        if right is not None:
+            ok &= j <= i + right
+    ok = np.broadcast_to(ok, (B, H, Sq, Sk))
+    if mask is not None:
+        ok = ok & ~np.broadcast_to(mask, (B, H, Sq, Sk))
+    return ok

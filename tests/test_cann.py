@@ -1,0 +1,534 @@
+"""flashlab.cann (the CANN FlashAttentionScore interface) against masks built here from the docs.
+
+Every expected mask is written in this file with dense numpy from the documented rules (CANN
+ops-transformer *sparse_mode* docs; the ``np.triu``/``np.tril`` forms are the vendor's own
+examples), never through :mod:`flashlab.masks`, and every layout conversion is this file's own,
+so that a shared bug cannot hide. Results are compared with :func:`flashlab.attention_reference`
+on (B, H, S, D) data under conftest's tolerance rule; gradients with the analytic
+:func:`flashlab.attention_reference_backward`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flashlab
+from flashlab import api, cann
+from flashlab.checks import prepare
+from conftest import assert_close_to_reference, make_qkv, max_abs_err, random_mask
+
+INF = 2147483647
+LAYOUTS4 = ["BSH", "SBH", "BSND", "BNSD"]
+#: B, N_q, N_kv, D, D_v of the B/N/S/D-layout tests (GQA and D_v < D on purpose)
+B, N1, N2, D, DV = 2, 4, 2, 16, 8
+SCALE = 1.0 / np.sqrt(D)
+BLOCKS = dict(block_q=16, block_k=16)
+TRI = np.triu(np.ones((2048, 2048), dtype=bool), k=1)
+
+
+def tri6() -> np.ndarray:
+    """The 3072 x 2048 compressed prefix mask: TRI over 1024 rows of [0 x 1024, 1 x 1024]."""
+    rect = np.zeros((1024, 2048), dtype=bool)
+    rect[:, 1024:] = True
+    return np.concatenate([TRI, rect])
+
+
+# ------------------------------------------------------------------ independent rules
+def rule_allowed(mode: int, sq: int, sk: int, pre: int = INF, nxt: int = INF,
+                 prefix: int | None = None) -> np.ndarray:
+    """(sq, sk) bool, True = allowed, of one sequence under ``mode`` (0..6), from the docs."""
+    ones = np.ones((sq, sk), dtype=bool)
+    if mode == 0:
+        # top-left origin: masked above diagonal +next and below diagonal -pre
+        masked = np.triu(ones, k=nxt + 1) | np.tril(ones, k=-pre - 1)
+    elif mode == 1:
+        masked = ~ones
+    elif mode == 2:
+        masked = np.triu(ones, k=1)
+    elif mode == 3:
+        masked = np.triu(ones, k=sk - sq + 1)
+    elif mode == 4:
+        # bottom-right origin: the diagonal through (sq-1, sk-1) has offset sk - sq
+        masked = np.triu(ones, k=sk - sq + nxt + 1) | np.tril(ones, k=sk - sq - pre - 1)
+    elif mode in (5, 6):
+        masked = np.triu(ones, k=sk - sq + 1)
+        masked[:, :prefix] = False
+    else:
+        raise AssertionError(mode)
+    return ~masked
+
+
+def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
+    """(B, N, S, D) -> layout, written out with transposes (independent of flashlab.cann)."""
+    b, n, s, d = x.shape
+    if layout == "BNSD":
+        return x.copy()
+    if layout == "BSND":
+        return np.ascontiguousarray(np.einsum("bnsd->bsnd", x))
+    if layout == "BSH":
+        return np.einsum("bnsd->bsnd", x).reshape(b, s, n * d)
+    if layout == "SBH":
+        return np.einsum("bnsd->sbnd", x).reshape(s, b, n * d)
+    raise AssertionError(layout)
+
+
+def from_layout(y: np.ndarray, layout: str, n: int) -> np.ndarray:
+    """layout -> (B, N, S, D)."""
+    if layout == "BNSD":
+        return y
+    if layout == "BSND":
+        return np.einsum("bsnd->bnsd", y)
+    if layout == "BSH":
+        b, s, h = y.shape
+        return np.einsum("bsnd->bnsd", y.reshape(b, s, n, h // n))
+    if layout == "SBH":
+        s, b, h = y.shape
+        return np.einsum("sbnd->bnsd", y.reshape(s, b, n, h // n))
+    raise AssertionError(layout)
+
+
+def lse_of(softmax_max: np.ndarray, softmax_sum: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return softmax_max[..., 0].astype(np.float64) + np.log(softmax_sum[..., 0].astype(np.float64))
+
+
+def check(o, lse, q, k, v, allowed4, what=""):
+    """Kernel (o, lse) (B, H, Sq, *) vs reference and naive on the same explicit mask."""
+    opts = dict(scale=SCALE, mask=~allowed4)
+    ref = flashlab.attention_reference(q, k, v, **opts)
+    naive = flashlab.attention_naive(q, k, v, **opts)
+    assert_close_to_reference(o, lse.astype(np.float32), *naive, *ref, what=what)
+    assert (o[np.isneginf(ref[1])] == 0).all(), f"{what}: a row with no key must give 0"
+
+
+# ------------------------------------------------------------ the B/N/S/D layouts x modes
+def mode_case(mode: int, sq: int, sk: int):
+    """(operator kwargs, expected allowed (B, 1, sq, sk)) for one mode, chosen to bite."""
+    if mode == 0:
+        pre, nxt = 10, 3
+        extra = random_mask((B, 1, sq, sk), seed=3, p_masked=0.2)  # row 0: no key at all
+        allowed = rule_allowed(0, sq, sk, pre, nxt)[None, None] & ~extra
+        return dict(atten_mask=~allowed, pre_tokens=pre, next_tokens=nxt), allowed
+    if mode == 1:
+        m = random_mask((B, N1, sq, sk), seed=4, p_masked=0.4)
+        # pre/next are ignored in mode 1: tiny values would mask nearly everything otherwise
+        return dict(atten_mask=m.astype(np.uint8), pre_tokens=0, next_tokens=0), ~m
+    if mode in (2, 3):
+        allowed = np.broadcast_to(rule_allowed(mode, sq, sk), (B, 1, sq, sk))
+        return dict(atten_mask=TRI, pre_tokens=1, next_tokens=1), allowed
+    if mode == 4:
+        pre, nxt = 9, 4
+        allowed = np.broadcast_to(rule_allowed(4, sq, sk, pre, nxt), (B, 1, sq, sk))
+        return dict(atten_mask=TRI, pre_tokens=pre, next_tokens=nxt), allowed
+    # prefix modes: a different prefix per batch, at the two ends of the allowed range
+    lo = 0 if sq > sk else sk - sq
+    prefix = [lo + (sk - lo) // 2, lo]
+    allowed = np.stack([rule_allowed(mode, sq, sk, prefix=p) for p in prefix])[:, None]
+    mask = ~allowed if mode == 5 else tri6()
+    return dict(atten_mask=mask, prefix=prefix), allowed
+
+
+@pytest.mark.parametrize("layout", LAYOUTS4)
+@pytest.mark.parametrize("mode", range(7))
+@pytest.mark.parametrize("sq, sk", [(37, 53), (53, 37)])
+def test_layouts_x_modes_forward(layout, mode, sq, sk):
+    data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=mode)
+    kw, allowed = mode_case(mode, sq, sk)
+    args = [to_layout(data[n], layout) for n in ("q", "k", "v")]
+    out, smax, ssum = cann.flash_attention_score(*args, N1, layout, scale=SCALE, sparse_mode=mode,
+                                                 **kw, **BLOCKS)
+    assert out.dtype == np.float32 and smax.dtype == np.float32 and ssum.dtype == np.float32
+    assert smax.shape == ssum.shape == (B, N1, sq, 8)
+    o = from_layout(out, layout, N1)
+    assert o.shape == (B, N1, sq, DV)
+    check(o, lse_of(smax, ssum), data["q"], data["k"], data["v"], allowed,
+          what=f"{layout} mode {mode} {sq}x{sk}")
+
+
+def test_mode0_mask_shapes():
+    """atten_mask [Sq,Sk], [1,1,Sq,Sk], [B,1,Sq,Sk], [B,N,Sq,Sk] all mean the same broadcast."""
+    sq, sk = 20, 29
+    data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=7)
+    full = random_mask((B, N1, sq, sk), seed=8)
+    for m in (full[0, 0], full[:1, :1], full[:, :1], full):
+        out, smax, ssum = cann.flash_attention_score(data["q"], data["k"], data["v"], N1, "BNSD",
+                                                     atten_mask=m, scale=SCALE, **BLOCKS)
+        allowed = ~np.broadcast_to(m.reshape((1,) * (4 - m.ndim) + m.shape), (B, N1, sq, sk))
+        check(out, lse_of(smax, ssum), data["q"], data["k"], data["v"], allowed, what=str(m.shape))
+
+
+def test_no_mask_is_full_attention_and_float16_keeps_dtype():
+    data = make_qkv(1, 2, 1, 9, 30, 16, 16, seed=9, dtype=np.float16)
+    out, smax, ssum = cann.flash_attention_score(*(to_layout(data[n], "BSH") for n in "qkv"), 2, "BSH",
+                                                 scale=0.25)
+    assert out.dtype == np.float16 and smax.dtype == np.float32
+    ref = flashlab.attention_reference(data["q"], data["k"], data["v"], scale=0.25)
+    assert max_abs_err(from_layout(out, "BSH", 2), ref[0]) < 5e-3
+    assert max_abs_err(lse_of(smax, ssum), ref[1]) < 5e-3
+
+
+# --------------------------------------------------------------------------- softmax stats
+def test_softmax_max_and_sum_values():
+    """max = row max of the scaled masked scores, sum = sum exp(s - max); empty rows -inf / 0."""
+    sq, sk = 21, 13   # Sq > Sk: mode 3 leaves the first 8 rows without a key
+    data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=11)
+    out, smax, ssum = cann.flash_attention_score(data["q"], data["k"], data["v"], N1, "BNSD",
+                                                 atten_mask=TRI, scale=SCALE, sparse_mode=3)
+    q, k = data["q"].astype(np.float64), np.repeat(data["k"].astype(np.float64), N1 // N2, axis=1)
+    s = SCALE * q @ k.swapaxes(-1, -2)
+    ok = rule_allowed(3, sq, sk)
+    s = np.where(ok, s, -np.inf)
+    row_max = s.max(axis=-1)
+    empty = ~ok.any(axis=-1)
+    assert empty.sum() == sq - sk
+    # the 8 copies are equal
+    assert (smax == smax[..., :1]).all() and (ssum == ssum[..., :1]).all()
+    np.testing.assert_array_equal(smax[..., 0][:, :, empty], -np.inf)
+    np.testing.assert_array_equal(ssum[..., 0][:, :, empty], 0.0)
+    assert (out[:, :, empty] == 0).all()
+    np.testing.assert_allclose(smax[..., 0][:, :, ~empty], row_max[:, :, ~empty], rtol=1e-5, atol=1e-6)
+    with np.errstate(invalid="ignore"):
+        row_sum = np.exp(s - row_max[..., None]).sum(axis=-1)
+    np.testing.assert_allclose(ssum[..., 0][:, :, ~empty], row_sum[:, :, ~empty], rtol=1e-5)
+    assert (ssum[..., 0][:, :, ~empty] >= 1.0 - 1e-6).all()   # the max term contributes e^0
+
+
+# ------------------------------------------------------------------------------------ TND
+Q_LENS = [5, 0, 17, 9, 12]
+K_LENS = [7, 3, 11, 20, 12]
+
+
+def tnd_data(seed: int = 0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    tq, tk = sum(Q_LENS), sum(K_LENS)
+    q = rng.standard_normal((tq, N1, D)).astype(dtype)
+    k = rng.standard_normal((tk, N2, D)).astype(dtype)
+    v = rng.standard_normal((tk, N2, DV)).astype(dtype)
+    return q, k, v
+
+
+def sequence_rules(mode: int, pre: int, nxt: int, prefix, user_mask):
+    """Expected allowed (sq, sk) per sequence, the varlen modes mapped as the docs say."""
+    nonempty = [s for s, n in enumerate(Q_LENS) if n]
+    out = []
+    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+        m = mode
+        if mode == 7:   # split after rightDownCausal: the last non-empty sequence is a band
+            m = 4 if s == nonempty[-1] else 3
+        if mode == 8:   # split after leftUpCausal: the first non-empty sequence is a band
+            m = 4 if s == nonempty[0] else 2
+        ok = rule_allowed(m, sq, sk, pre, nxt, None if prefix is None else prefix[s])
+        if user_mask is not None:
+            ok = ok & ~user_mask[:sq, :sk]
+        out.append(ok)
+    return out
+
+
+TND_CASES = {
+    0: dict(pre=INF, nxt=INF),
+    1: dict(pre=0, nxt=0),
+    2: dict(pre=INF, nxt=INF),
+    3: dict(pre=INF, nxt=INF),
+    4: dict(pre=6, nxt=2),
+    6: dict(pre=INF, nxt=INF),
+    7: dict(pre=12, nxt=-3),   # last sequence: Skv = 12
+    8: dict(pre=8, nxt=1),     # first non-empty sequence: Skv = 7
+}
+
+
+@pytest.mark.parametrize("mode", sorted(TND_CASES))
+def test_tnd_per_sequence(mode):
+    q, k, v = tnd_data(seed=mode)
+    pre, nxt = TND_CASES[mode]["pre"], TND_CASES[mode]["nxt"]
+    kw = dict(pre_tokens=pre, next_tokens=nxt)
+    user_mask, prefix = None, None
+    if mode in (0, 1):
+        user_mask = random_mask((max(Q_LENS), max(K_LENS)), seed=mode, p_masked=0.3, full_rows=0)
+        kw["atten_mask"] = user_mask
+    elif mode == 6:
+        # past the causal band where it fits (sk - sq + 4), else a short one (Sq > Sk: [0, Sk])
+        prefix = [sk - sq + 4 if sq <= sk else 2 for sq, sk in zip(Q_LENS, K_LENS)]
+        kw.update(atten_mask=tri6(), prefix=prefix)
+    else:
+        kw["atten_mask"] = TRI
+    out, smax, ssum = cann.flash_attention_score(
+        q, k, v, N1, "TND", scale=SCALE, sparse_mode=mode, actual_seq_qlen=np.cumsum(Q_LENS).tolist(),
+        actual_seq_kvlen=np.cumsum(K_LENS).tolist(), **kw, **BLOCKS)
+    assert out.shape == (sum(Q_LENS), N1, DV) and smax.shape == ssum.shape == (sum(Q_LENS), N1, 8)
+    lse = lse_of(smax, ssum)
+    rules = sequence_rules(mode, pre, nxt, prefix, user_mask)
+    q0 = k0 = 0
+    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+        if sq:
+            seq = lambda x, a, n: x[a:a + n].transpose(1, 0, 2)[None]   # noqa: E731
+            check(seq(out, q0, sq), lse[q0:q0 + sq].T[None], seq(q, q0, sq), seq(k, k0, sk),
+                  seq(v, k0, sk), rules[s][None, None], what=f"TND mode {mode} sequence {s}")
+        q0, k0 = q0 + sq, k0 + sk
+
+
+def test_tnd_trailing_unused_batches():
+    """[2, 5, 9, 0, 0]: the last two batches take no part; same result as [2, 5, 9]."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((9, 2, 16)).astype(np.float32) for _ in range(3))
+    a = cann.flash_attention_score(q, k, v, 2, "TND", actual_seq_qlen=[2, 5, 9, 0, 0],
+                                   actual_seq_kvlen=[2, 5, 9, 0, 0], atten_mask=TRI, sparse_mode=3)
+    b = cann.flash_attention_score(q, k, v, 2, "TND", actual_seq_qlen=[2, 5, 9],
+                                   actual_seq_kvlen=[2, 5, 9], atten_mask=TRI, sparse_mode=3)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_tnd_sequences_do_not_see_each_other():
+    """Changing the keys of one sequence changes only that sequence's output."""
+    q, k, v = tnd_data(seed=3)
+    lens = dict(actual_seq_qlen=np.cumsum(Q_LENS), actual_seq_kvlen=np.cumsum(K_LENS))
+    a = cann.flash_attention_score(q, k, v, N1, "TND", **lens)[0]
+    k2, v2 = k.copy(), v.copy()
+    k2[10:21] += 1.0   # sequence 2's keys: [10, 21)
+    v2[10:21] -= 1.0
+    b = cann.flash_attention_score(q, k2, v2, N1, "TND", **lens)[0]
+    changed = np.abs(a - b).max(axis=(1, 2)) > 0
+    np.testing.assert_array_equal(np.flatnonzero(changed), np.arange(5, 22))   # sequence 2's queries
+
+
+# ----------------------------------------------------------------------------------- plan
+def test_band_modes_need_no_dense_mask_and_skip_tiles():
+    """Modes 2, 3, 4 (and a prefix inside the causal band) become a band only: tiles can be skipped."""
+    dims = cann.Dims(1, 1, 1, 100, 120, 1, 1)
+    for mode, kw, band in [(2, {}, (cann.NO_LIMIT, 0)), (3, {}, (cann.NO_LIMIT, 20)),
+                           (4, dict(pre_tokens=5, next_tokens=1), (5 - 20, 1 + 20)),
+                           (6, dict(prefix=[20]), (cann.NO_LIMIT, 20))]:
+        mask = cann.compressed_mask(6) if mode == 6 else TRI
+        (call,) = cann.plan(dims, sparse_mode=mode, atten_mask=mask, **kw)
+        assert call.mask is None and (call.left, call.right) == band, mode
+    # a prefix sticking out of the band needs the dense mask
+    (call,) = cann.plan(dims, sparse_mode=6, atten_mask=cann.compressed_mask(6), prefix=[60])
+    assert call.mask is not None and call.right == 59
+    # the band reaches the kernel: leftUpCausal on 128 x 128 in 32 x 32 tiles computes 10 of 16
+    (call,) = cann.plan(cann.Dims(1, 1, 1, 128, 128, 1, 1), sparse_mode=2, atten_mask=TRI)
+    data = make_qkv(1, 1, 1, 128, 128, 16, 16, seed=1)
+    p = prepare(data["q"], data["k"], data["v"], window=cann._window(call), block_q=32, block_k=32)
+    assert api._forward(p)[3].sum() == 4 + 3 + 2 + 1
+
+
+def test_sparse_mode_mask_matches_the_rules():
+    for mode in range(7):
+        kw = dict(atten_mask=TRI)
+        if mode == 0:
+            kw = dict(atten_mask=~rule_allowed(0, 12, 16, 6, 2), pre_tokens=6, next_tokens=2)
+        if mode == 1:
+            kw = dict(atten_mask=~rule_allowed(2, 12, 16))
+        if mode == 4:
+            kw.update(pre_tokens=6, next_tokens=2)
+        if mode == 5:
+            kw = dict(atten_mask=~rule_allowed(5, 12, 16, prefix=9)[None, None], prefix=[9])
+        if mode == 6:
+            kw = dict(atten_mask=tri6(), prefix=[9])
+        expected = rule_allowed(2 if mode == 1 else mode, 12, 16, 6, 2, 9)
+        np.testing.assert_array_equal(cann.sparse_mode_mask(12, 16, mode, **kw), expected, str(mode))
+
+
+def test_drawing_and_table():
+    """Each panel shows what the operator computes for the example; the table has every mode."""
+    import matplotlib.pyplot as plt
+    from flashlab.viz.sparse_modes import example_arguments, sparse_mode_markdown, sparse_mode_table
+    fig = sparse_mode_table(12, 16)
+    args = example_arguments(12, 16)
+    assert len(fig.axes) == 9
+    for mode, ax in enumerate(fig.axes):
+        shown = np.asarray(ax.images[0].get_array())
+        np.testing.assert_array_equal(shown, cann.sparse_mode_mask(12, 16, mode, **args[mode]))
+        assert ax.get_title().startswith(f"{mode}: ")
+    # panels differ where the modes differ (3 vs 2: Sq != Sk; 6 vs 3: the prefix sticks out)
+    images = [np.asarray(ax.images[0].get_array()) for ax in fig.axes]
+    assert (images[2] != images[3]).any() and (images[3] != images[6]).any()
+    plt.close(fig)
+    md = sparse_mode_markdown().splitlines()
+    assert len(md) == 11 and all(line.count(" | ") == 4 for line in md[2:])
+    assert [line.split(" | ")[0] for line in md[2:]] == [f"| {m}" for m in range(9)]
+
+
+# ----------------------------------------------------------------------------------- grad
+def grad_tol(ref: np.ndarray) -> float:
+    return 1e-4 * max(1.0, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("layout, mode", [("BSH", 3), ("SBH", 4), ("BSND", 6), ("BNSD", 0)])
+def test_grad_per_layout(layout, mode):
+    sq, sk = 37, 53
+    data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=20 + mode)
+    kw, allowed = mode_case(mode, sq, sk)
+    args = [to_layout(data[n], layout) for n in ("q", "k", "v")]
+    common = dict(scale=SCALE, sparse_mode=mode, **kw, **BLOCKS)
+    out, smax, ssum = cann.flash_attention_score(*args, N1, layout, **common)
+    do = np.random.default_rng(1).standard_normal((B, N1, sq, DV)).astype(np.float32)
+    dq, dk, dv = cann.flash_attention_score_grad(*args, to_layout(do, layout), N1, layout,
+                                                 softmax_max=smax, softmax_sum=ssum,
+                                                 attention_in=out, **common)
+    assert dq.shape == args[0].shape and dk.shape == args[1].shape and dv.shape == args[2].shape
+    ref = flashlab.attention_reference_backward(do, data["q"], data["k"], data["v"], scale=SCALE,
+                                                mask=~allowed)
+    for name, g, r, heads in (("dq", dq, ref[0], N1), ("dk", dk, ref[1], N2), ("dv", dv, ref[2], N2)):
+        err = max_abs_err(from_layout(g, layout, heads), r)
+        assert err <= grad_tol(r), f"{layout} mode {mode}: {name} error {err:.3g}"
+
+
+def test_grad_tnd():
+    q, k, v = tnd_data(seed=30)
+    mode, pre, nxt = 7, 12, -3
+    kw = dict(scale=SCALE, sparse_mode=mode, atten_mask=TRI, pre_tokens=pre, next_tokens=nxt,
+              actual_seq_qlen=np.cumsum(Q_LENS), actual_seq_kvlen=np.cumsum(K_LENS), **BLOCKS)
+    out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", **kw)
+    dy = np.random.default_rng(2).standard_normal(out.shape).astype(np.float32)
+    dq, dk, dv = cann.flash_attention_score_grad(q, k, v, dy, N1, "TND", softmax_max=smax,
+                                                 softmax_sum=ssum, attention_in=out, **kw)
+    rules = sequence_rules(mode, pre, nxt, None, None)
+    seq = lambda x, a, n: x[a:a + n].transpose(1, 0, 2)[None]   # noqa: E731
+    q0 = k0 = 0
+    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+        if sq:
+            ref = flashlab.attention_reference_backward(seq(dy, q0, sq), seq(q, q0, sq), seq(k, k0, sk),
+                                                        seq(v, k0, sk), scale=SCALE,
+                                                        mask=~rules[s][None, None])
+            for name, g, r in (("dq", seq(dq, q0, sq), ref[0]), ("dk", seq(dk, k0, sk), ref[1]),
+                               ("dv", seq(dv, k0, sk), ref[2])):
+                err = max_abs_err(g, r)
+                assert err <= grad_tol(r), f"sequence {s}: {name} error {err:.3g}"
+        else:   # keys of a sequence without queries get no gradient
+            assert (dk[k0:k0 + sk] == 0).all() and (dv[k0:k0 + sk] == 0).all()
+        q0, k0 = q0 + sq, k0 + sk
+
+
+def test_grad_can_fail():
+    """A wrong softmax_sum (the forward's stats of another mask) gives a wrong dq."""
+    data = make_qkv(1, 2, 2, 16, 16, 16, 16, seed=3)
+    base = dict(scale=SCALE, atten_mask=TRI)
+    out, smax, ssum = cann.flash_attention_score(data["q"], data["k"], data["v"], 2, "BNSD",
+                                                 sparse_mode=2, **base)
+    do = np.ones_like(out)
+    dq = cann.flash_attention_score_grad(data["q"], data["k"], data["v"], do, 2, "BNSD",
+                                         softmax_max=smax, softmax_sum=ssum * 2, attention_in=out,
+                                         sparse_mode=2, **base)[0]
+    ref = flashlab.attention_reference_backward(do, data["q"], data["k"], data["v"], scale=SCALE,
+                                                causal=True)[0]
+    assert max_abs_err(dq, ref) > grad_tol(ref)
+
+
+# --------------------------------------------------------------------------------- errors
+def _bnsd(sq=12, sk=16, n1=N1, n2=N2, d=D, dv=DV, b=B):
+    data = make_qkv(b, n1, n2, sq, sk, d, dv, seed=0)
+    return data["q"], data["k"], data["v"]
+
+
+q4, k4, v4 = _bnsd()
+qt, kt, vt = tnd_data()
+LENS = dict(actual_seq_qlen=np.cumsum(Q_LENS).tolist(), actual_seq_kvlen=np.cumsum(K_LENS).tolist())
+OK = (q4, k4, v4, N1, "BNSD")
+OK_TND = (qt, kt, vt, N1, "TND")
+
+ERRORS = {
+    # not implemented
+    "pse": (OK, dict(pse=np.zeros((B, N1, 12, 16), np.float32)), NotImplementedError, "pse"),
+    "padding_mask": (OK, dict(padding_mask=np.zeros(1)), NotImplementedError, "padding_mask"),
+    "dropout": (OK, dict(keep_prob=0.9), NotImplementedError, "keep_prob"),
+    # options
+    "keep_prob-0": (OK, dict(keep_prob=0.0), ValueError, "keep_prob"),
+    "keep_prob-big": (OK, dict(keep_prob=1.5), ValueError, "keep_prob"),
+    "inner_precise": (OK, dict(inner_precise=3), ValueError, "inner_precise"),
+    "scale-None": (OK, dict(scale=None), TypeError, "scale"),
+    "mode-9": (OK, dict(sparse_mode=9), ValueError, "sparse_mode"),
+    "mode-str": (OK, dict(sparse_mode="2"), TypeError, "sparse_mode"),
+    "pre-float": (OK, dict(pre_tokens=1.5, atten_mask=TRI, sparse_mode=4), TypeError, "pre_tokens"),
+    # layouts, shapes, heads
+    "layout": ((q4, k4, v4, N1, "BHSD"), {}, ValueError, "input_layout"),
+    "layout-ndim": ((q4, k4, v4, N1, "BSH"), {}, ValueError, "query"),
+    "head_num-mismatch": ((q4, k4, v4, 3, "BNSD"), {}, ValueError, "head_num"),
+    "head_num-bool": ((q4, k4, v4, True, "BNSD"), {}, TypeError, "head_num"),
+    "head_num-divide": ((q4.reshape(B, N1, 12, D).transpose(0, 2, 1, 3).reshape(B, 12, N1 * D),
+                         k4.transpose(0, 2, 1, 3).reshape(B, 16, N2 * D),
+                         v4.transpose(0, 2, 1, 3).reshape(B, 16, N2 * DV), 5, "BSH"), {},
+                        ValueError, "multiple of head_num"),
+    "gqa": ((*_bnsd(n1=3, n2=2), 3, "BNSD"), {}, ValueError, "GQA"),
+    "dv>d": ((*_bnsd(d=8, dv=16), N1, "BNSD"), {}, ValueError, "D_q = D_k >= D_v"),
+    "dk!=dq": ((q4, k4[..., :8], v4, N1, "BNSD"), {}, ValueError, "key's head dim"),
+    "kv-mismatch": ((q4, k4, v4[:, :, :10], N1, "BNSD"), {}, ValueError, "key and value"),
+    "batch": ((q4[:1], k4, v4, N1, "BNSD"), {}, ValueError, "batch"),
+    "query-list": ((q4.tolist(), k4, v4, N1, "BNSD"), {}, TypeError, "query"),
+    # masks
+    "mask-missing": (OK, dict(sparse_mode=3), ValueError, "needs its atten_mask"),
+    "pre-without-mask": (OK, dict(pre_tokens=3), ValueError, "take effect only with an atten_mask"),
+    "compressed-shape": (OK, dict(sparse_mode=2, atten_mask=TRI[:1024, :1024]), ValueError, "(2048, 2048)"),
+    "compressed-content": (OK, dict(sparse_mode=3, atten_mask=~TRI), ValueError, "differs"),
+    "mode6-with-2048": (OK, dict(sparse_mode=6, atten_mask=TRI, prefix=[8, 8]), ValueError, "(3072, 2048)"),
+    "mask-dtype": (OK, dict(atten_mask=np.zeros((12, 16), np.float32)), TypeError, "atten_mask"),
+    "mask-shape": (OK, dict(atten_mask=np.zeros((1, N1, 12, 16), bool)), ValueError, "atten_mask"),
+    "mask-inconsistent": (OK, dict(atten_mask=np.zeros((12, 16), bool), pre_tokens=2, next_tokens=0),
+                          ValueError, "outside pre_tokens"),
+    "band-empty": (OK, dict(atten_mask=TRI, sparse_mode=4, pre_tokens=-3, next_tokens=1), ValueError,
+                   "overlap"),
+    "prefix-missing": (OK, dict(sparse_mode=6, atten_mask=tri6()), ValueError, "prefix"),
+    "prefix-other-mode": (OK, dict(sparse_mode=3, atten_mask=TRI, prefix=[8, 8]), ValueError, "prefix"),
+    "prefix-length": (OK, dict(sparse_mode=6, atten_mask=tri6(), prefix=[8]), ValueError, "one value per"),
+    "prefix-range": (OK, dict(sparse_mode=6, atten_mask=tri6(), prefix=[8, 3]), ValueError, "[4, 16]"),
+    "mode5-mask": (OK, dict(sparse_mode=5, atten_mask=np.zeros((B, 1, 12, 16), bool), prefix=[8, 8]),
+                   ValueError, "prefix mask"),
+    "mode5-shape": (OK, dict(sparse_mode=5, atten_mask=TRI, prefix=[8, 8]), ValueError, "[B,1,Sq,Sk]"),
+    "mode7-not-tnd": (OK, dict(sparse_mode=7, atten_mask=TRI), ValueError, "only for input_layout TND"),
+    # TND
+    "tnd-no-lens": (OK_TND, {}, ValueError, "actual_seq_qlen"),
+    "lens-not-tnd": (OK, dict(actual_seq_qlen=[12], actual_seq_kvlen=[16]), ValueError, "TND only"),
+    "lens-end": (OK_TND, dict(actual_seq_qlen=[5, 10], actual_seq_kvlen=LENS["actual_seq_kvlen"]),
+                 ValueError, "must end at the token count"),
+    "lens-decreasing": (OK_TND, dict(actual_seq_qlen=[5, 3, 43], actual_seq_kvlen=[7, 10, 53]),
+                        ValueError, "non-decreasing"),
+    "lens-count": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[7, 10, 53]), ValueError,
+                   "same number"),
+    "q-without-kv": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[0, 53]), ValueError,
+                     "no key"),
+    "mode5-tnd": (OK_TND, dict(sparse_mode=5, atten_mask=TRI, prefix=[1] * 5, **LENS), ValueError,
+                  "not supported with input_layout TND"),
+    "tnd-mask-shape": (OK_TND, dict(atten_mask=np.zeros((12, 16), bool), **LENS), ValueError, "maxSq"),
+    "mode7-pre": (OK_TND, dict(sparse_mode=7, atten_mask=TRI, pre_tokens=11, next_tokens=0, **LENS),
+                  ValueError, "Skv=12"),
+    "mode7-next": (OK_TND, dict(sparse_mode=7, atten_mask=TRI, pre_tokens=12, next_tokens=1, **LENS),
+                   ValueError, "next_tokens <= 0"),
+    "mode8-pre": (OK_TND, dict(sparse_mode=8, atten_mask=TRI, pre_tokens=6, next_tokens=0, **LENS),
+                  ValueError, "Skv=7"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_forward_errors(name):
+    args, kw, exc, text = ERRORS[name]
+    with pytest.raises(exc) as info:
+        cann.flash_attention_score(*args, **kw)
+    assert text in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("name", ["pse", "dropout", "mask-missing", "prefix-range", "tnd-no-lens"])
+def test_grad_errors_as_forward(name):
+    """The grad checks the same options with the same messages."""
+    args, kw, exc, text = ERRORS[name]
+    q, k, v = args[:3]
+    stats = np.zeros(q.shape[:1] + (N1,) + (q.shape[2], 8) if q.ndim == 4 else q.shape[:2] + (8,), np.float32)
+    with pytest.raises(exc) as info:
+        cann.flash_attention_score_grad(q, k, v, q[..., :DV], *args[3:], softmax_max=stats,
+                                        softmax_sum=stats, attention_in=q[..., :DV], **kw)
+    assert text in str(info.value)
+
+
+def test_grad_operand_errors():
+    out, smax, ssum = cann.flash_attention_score(q4, k4, v4, N1, "BNSD")
+    good = dict(softmax_max=smax, softmax_sum=ssum, attention_in=out)
+    do = np.zeros_like(out)
+    cases = [
+        ((do[:, :, :5], good), ValueError, "dy must have the attention_out shape"),
+        ((do.astype(np.float64), good), TypeError, "dy must have the query's dtype"),
+        ((do, dict(good, attention_in=out[..., :4])), ValueError, "attention_in"),
+        ((do, dict(good, softmax_max=smax[..., :1])), ValueError, "softmax_max"),
+        ((do, dict(good, softmax_sum=ssum.tolist())), TypeError, "softmax_sum"),
+    ]
+    for (dy, kw), exc, text in cases:
+        with pytest.raises(exc) as info:
+            cann.flash_attention_score_grad(q4, k4, v4, dy, N1, "BNSD", **kw)
+        assert text in str(info.value), text

@@ -1,0 +1,138 @@
+"""Hardware profiles: every number sourced, the roofline and ridge point, the drawings."""
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from flashlab.pipeline import hardware as hw  # noqa: E402
+from flashlab.viz.hierarchy import draw_ai_core, draw_pyramid, format_bytes, format_rate  # noqa: E402
+
+
+@pytest.mark.parametrize("key", sorted(hw.PROFILES))
+def test_every_number_has_a_source(key):
+    found = list(hw.params(hw.PROFILES[key]))
+    assert len(found) >= 8
+    for path, p in found:
+        assert p.status in hw.STATUSES, path
+        assert p.source.strip(), path
+        assert p.unit, path
+
+
+def test_params_rejects_a_bare_number():
+    level = dataclasses.replace(hw.A100.memories[0], count=108)
+    with pytest.raises(TypeError, match="bare number"):
+        list(hw.params(level))
+
+
+@pytest.mark.parametrize("kwargs, err", [
+    ({"value": -1.0, "unit": "B", "source": "x"}, ValueError),
+    ({"value": float("nan"), "unit": "B", "source": "x"}, ValueError),
+    ({"value": 1.0, "unit": "B", "source": " "}, ValueError),
+    ({"value": 1.0, "unit": "B", "source": "x", "status": "guess"}, ValueError),
+    ({"value": "1", "unit": "B", "source": "x"}, TypeError),
+])
+def test_param_validation(kwargs, err):
+    with pytest.raises(err):
+        hw.Param(**kwargs)
+
+
+def test_ascend_910b_numbers():
+    chip, core = hw.ASCEND_910B, hw.ASCEND_910B_AI_CORE
+    # 24 cores * 16^3 MAC * 2 FLOP * 1.8 GHz
+    assert chip.peak_flops.value == pytest.approx(24 * 16 ** 3 * 2 * 1.8e9)
+    assert chip.peak_flops.value / 1e12 == pytest.approx(353.9, abs=0.1)
+    assert chip.peak_flops.status == "derived"
+    assert core.peak_flops.value * 24 == pytest.approx(chip.peak_flops.value)
+    assert chip.hbm_bandwidth.status == "assumption"
+    sizes = {m.name: m.capacity.value for m in core.memories}
+    assert sizes["L1"] == 512 * 1024 and sizes["L0A"] == sizes["L0B"] == 64 * 1024
+    assert sizes["L0C"] == 128 * 1024 and sizes["UB"] == 192 * 1024
+    assert sizes["L2"] == 192 * 1024 ** 2 and sizes["GM"] == 64 * 1024 ** 3
+    assert chip.memory("L1").count.value == 24 and chip.memory("UB").count.value == 48
+    engines = {(p.src, p.dst): p.engine for p in chip.paths}
+    assert engines[("GM", "L1")] == "MTE2" and engines[("L1", "L0A")] == "MTE1"
+    assert engines[("L0C", "GM")] == "FixPipe" and engines[("UB", "GM")] == "MTE3"
+
+
+def test_gpu_numbers():
+    assert hw.A100.peak_flops.value == 312e12
+    assert hw.A100_80GB.hbm_bandwidth.value == 2039e9
+    assert 1.5e12 <= hw.A100_40GB.hbm_bandwidth.value <= 2.0e12
+    sram = hw.A100.memory("SRAM (shared memory/L1)")
+    assert sram.capacity.value == 192 * 1024 and sram.count.value == 108
+    assert sram.bandwidth.value == 19e12
+    assert hw.H100.hbm_bandwidth.value == 3.35e12
+    assert hw.H100.memory("SRAM (shared memory/L1)").count.value == 132
+    assert any("TMA" in p.engine for p in hw.H100.paths)
+    with pytest.raises(KeyError, match="no memory level"):
+        hw.A100.memory("L3")
+
+
+def test_ridge_and_roofline():
+    p = hw.A100_80GB
+    ridge = hw.ridge_point(p)
+    assert ridge == pytest.approx(312e12 / 2039e9)
+    # below the ridge: bandwidth x intensity; above: the peak
+    assert hw.roofline(p, 10.0) == pytest.approx(10.0 * 2039e9)
+    assert hw.roofline(p, 10 * ridge) == pytest.approx(312e12)
+    assert hw.roofline(p, ridge) == pytest.approx(312e12)
+    ys = hw.roofline(p, np.array([1.0, ridge / 2, 1e4]))
+    assert ys.shape == (3,) and np.all(np.diff(ys) >= 0)
+    # time: the slower of compute and traffic
+    assert hw.roofline_time(p, 312e12, 1.0) == pytest.approx(1.0)
+    assert hw.roofline_time(p, 1.0, 2039e9) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="bytes_moved"):
+        hw.roofline_time(p, 1.0, -1.0)
+    assert hw.bound(p, 1.25) == "memory" and hw.bound(p, 1e3) == "compute"
+    with pytest.raises(ValueError, match="intensity"):
+        hw.roofline(p, -1.0)
+    with pytest.raises(TypeError, match="HardwareProfile"):
+        hw.ridge_point("a100")
+
+
+def test_with_hbm_bandwidth_is_a_copy_marked_assumption():
+    p = hw.with_hbm_bandwidth(hw.ASCEND_910B, 1.2e12)
+    assert p.hbm_bandwidth.value == 1.2e12 and p.hbm_bandwidth.status == "assumption"
+    assert hw.ASCEND_910B.hbm_bandwidth.value == 1.6e12
+    assert hw.ridge_point(p) > hw.ridge_point(hw.ASCEND_910B)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hw.ASCEND_910B.peak_flops = p.peak_flops
+    with pytest.raises(ValueError, match="bytes_per_s"):
+        hw.with_hbm_bandwidth(p, 0)
+
+
+def test_formatting():
+    assert format_bytes(196608) == "192 KiB"
+    assert format_bytes(40e6) == "40 MB"
+    assert format_bytes(80e9) == "80 GB"
+    assert format_bytes(64 * 1024 ** 3) == "64 GiB"
+    assert format_rate(2.039e12) == "2.04 TB/s"
+    assert format_rate(12.8e9) == "12.8 GB/s"
+
+
+def test_drawings_from_profiles():
+    fig = draw_pyramid(hw.A100, ["SRAM (shared memory/L1)", "HBM", "CPU DRAM"])
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "19 TB/s" in texts and "12.8 GB/s" in texts
+    plt.close(fig)
+    fig = draw_ai_core(hw.ASCEND_910B_AI_CORE)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for engine in ("MTE2", "MTE1", "FixPipe", "MTE3"):
+        assert engine in texts
+    assert any("512 KiB" in t for t in texts)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="layout has no position"):
+        draw_ai_core(hw.A100)
+
+
+def test_markdown_table():
+    from flashlab.viz.style import markdown_table
+    assert markdown_table(["a", "b"], [[1, "x"]]) == "| a | b |\n|---|---|\n| 1 | x |"
+    with pytest.raises(ValueError, match="cells"):
+        markdown_table(["a", "b"], [[1]])

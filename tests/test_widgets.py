@@ -1,0 +1,105 @@
+"""flashlab.widgets and flashlab.viz.tiles: the explorer builds and follows its controls, the
+animation has one frame per computed tile, and the drawings render."""
+from __future__ import annotations
+
+import gc
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from flashlab.masks import EMPTY, band_from, classify_tiles  # noqa: E402
+from flashlab.viz.tiles import block_map_figure, walk_frame_figure  # noqa: E402
+from flashlab.widgets import (MASK_KINDS, TileExplorer, demo_problem,  # noqa: E402
+                              frame_indices, tile_walk_animation, walk_demo)
+
+pytest.importorskip("ipywidgets")
+
+
+def _empty_tiles(sq, sk, bq, bk, options):
+    left, right = band_from(options.get("causal", False), options.get("window"))
+    return int((classify_tiles(sq, sk, bq, bk, left, right, options.get("mask")) == EMPTY).sum())
+
+
+def test_explorer_builds_and_follows_its_controls():
+    ex = TileExplorer(sq=32, sk=32, block_q=8, block_k=8, mask_kind="causal", draw=False)
+    # one step per tile; the skipped ones are the empty tiles
+    assert ex.n_steps == 16 and ex.step.max == 15
+    assert len(ex.walk.computed) == 16 - _empty_tiles(32, 32, 8, 8, {"causal": True}) == 10
+    ex.step.value = 7
+    ex.block_q.value = 5                      # 7 q-blocks x 4 kv-blocks
+    assert ex.n_steps == 28 and ex.step.max == 27 and ex.step.value == 0
+    assert ex.walk.block_q == 5
+    ex.mask_kind.value = "none"
+    assert len(ex.walk.computed) == ex.n_steps == 28
+    ex.sk.value = 17                          # 7 x 3, lengths no multiple of the block
+    assert ex.n_steps == 21 and ex.walk.sk == 17
+    ex.mask_kind.value = "sliding window"
+    ex.window.value = 3
+    _, options = demo_problem(32, 17, mask_kind="sliding window", window=3)
+    assert len(ex.walk.computed) == 21 - _empty_tiles(32, 17, 5, 8, options)
+    assert len(ex.walk.computed) < 21
+    ex.next.click()
+    ex.next.click()
+    ex.prev.click()
+    assert ex.step.value == 1
+    ex.step.value = ex.step.max
+    ex.next.click()                           # clamped at the last step
+    assert ex.step.value == ex.step.max
+
+
+def test_explorer_draws_the_current_step():
+    ex = TileExplorer(sq=16, sk=16, block_q=8, block_k=8, mask_kind="random dense mask")
+    assert ex.figure is not None
+    ex.next.click()
+    assert "tile 2/4" in ex.figure._suptitle.get_text()
+    (shown,) = ex.out.outputs
+    assert shown["data"]["text/plain"] == "<tile 2 of 4>"
+    assert shown["data"]["image/png"].startswith("iVBORw0KGgo")   # base64 of the PNG header
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_demo_problems(kind):
+    walk, o_ref = walk_demo(24, 20, 8, 8, mask_kind=kind, window=4)
+    assert o_ref.shape == walk.o.shape == (24, 16)
+    np.testing.assert_allclose(walk.o, o_ref, atol=1e-5)
+
+
+def test_random_dense_mask_empties_some_tiles():
+    walk, _ = walk_demo(48, 48, 8, 8, mask_kind="random dense mask", seed=0)
+    assert any(st.reason.startswith("dense mask") for st in walk.steps)
+
+
+def test_demo_problem_rejects_unknown_mask():
+    with pytest.raises(ValueError, match="mask_kind"):
+        demo_problem(8, 8, mask_kind="diagonal")
+
+
+@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def test_animation_has_one_frame_per_computed_tile():
+    anim = tile_walk_animation(24, 24, 8, 8, mask_kind="causal", dpi=30, w=5, h=2.5)
+    assert len(list(anim.new_frame_seq())) == 6       # 3 x 3 tiles, 3 above the diagonal
+    html = anim.to_jshtml()
+    assert html.count('"data:image/png;base64') == 6
+    # not a pyplot figure: nothing left for plt.show() to display twice
+    assert plt.get_fignums() == []
+    anim = tile_walk_animation(24, 24, 8, 8, mask_kind="causal", include_skipped=True)
+    assert len(list(anim.new_frame_seq())) == 9
+    del anim               # never rendered: let its warning fire here, where it is filtered
+    gc.collect()
+
+
+def test_drawings_render():
+    walk, o_ref = walk_demo(20, 20, 8, 8, mask_kind="sliding window", window=5)
+    assert frame_indices(walk) == [i for i, st in enumerate(walk.steps) if not st.skipped]
+    for index in (0, len(walk.steps) - 1):
+        fig = walk_frame_figure(walk, index, o_ref, dpi=40)
+        fig.canvas.draw()
+        assert len(fig.subfigs) == 2
+    fig = block_map_figure(20, 20, 8, 8, window=(5, 0), current=(1, 1))
+    assert "4 empty" in fig.axes[0].get_title()
+    plt.close(fig)
