@@ -93,10 +93,10 @@ def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
 
 @njit(cache=True)
 def online_softmax_update(s, v_blk, m, l, acc, pv):
-    """Fold one score tile into the running state; ``s`` is overwritten with $\\tilde P$.
+    """Fold one score tile into the running state; ``s`` is overwritten with P~ = e^{S - m_new}.
 
-    s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = $\\tilde O$;
-    pv (rows, Dv) scratch for $\\tilde P V_j$.
+    s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = O~ (unnormalised
+    output); pv (rows, Dv) scratch for P~ V_j.
     """
     rows, cols = s.shape
     for r in range(rows):

@@ -4,6 +4,9 @@
 - :mod:`flashlab.viz.roofline` — log-log rooflines with attention's operations placed on them.
 - :mod:`flashlab.viz.hierarchy` — memory hierarchies drawn from the hardware profiles: a GPU
   pyramid and the data paths of an Ascend AI Core.
+- :mod:`flashlab.viz.tiles` — block maps of empty/partial/full tiles and frames of the tile walk.
+- :mod:`flashlab.viz.sparse_modes` — the CANN ``sparse_mode`` masks, drawn from the operator's code.
+- :mod:`flashlab.viz.code` — :func:`show_source`, the package's code shown in a chapter.
 """
 from flashlab.viz.style import PALETTE, SERIES, markdown_table, new_figure
 
