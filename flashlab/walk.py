@@ -162,7 +162,6 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
         m = np.full(rows, -np.inf, dtype=ct)
         l = np.zeros(rows, dtype=ct)
         acc = np.zeros((rows, Dv), dtype=ct)
-        pv = np.empty((rows, Dv), dtype=ct)
         kb0, kb1 = kv_block_range(i0, i1, Sk, bk, left, right)
         for kb in range(n_kb):
             j0, j1 = kb * bk, min(kb * bk + bk, Sk)
@@ -189,7 +188,7 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                 mask_tile(s, i0, j0, left, right, cls != FULL, mask2d, has_mask)
             s_before = s.copy()
             # overwrites s with P~ and updates m, l, acc in place
-            online_softmax_update(s, vh[j0:j1], m, l, acc, pv)
+            online_softmax_update(s, vh[j0:j1], m, l, acc)
             tiles_done[qb] += 1
             steps.append(_record(qb, kb, (i0, i1), (j0, j1), cls, COMPUTED, masked,
                                  s_before, s, m_prev, m, l, acc))

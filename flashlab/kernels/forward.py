@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit, prange
 
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
-from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
+from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 
 
 @njit(cache=True)
@@ -48,13 +48,13 @@ def score_tile(qs_blk, k_blk, qrs_blk, kr_blk, has_rope, s):
 
     ``qs_blk`` (rows, Dqk) is the query block already multiplied by ``scale``; ``k_blk``
     (cols, Dqk). With ``has_rope`` the RoPE part ``qrs_blk`` (rows, Dr) x ``kr_blk`` (cols, Dr)
-    is added into the same tile.
+    is accumulated into the same tile: no concatenated Q or K, no second score buffer.
     """
-    # S = (scale Q_i) K_j^T          (one BLAS gemm written straight into the tile buffer)
-    np.dot(qs_blk, k_blk.T, s)
+    # S = (scale Q_i) K_j^T               (one BLAS gemm written straight into the tile buffer)
+    gemm_nt(qs_blk, k_blk, s, 1.0, 0.0)
     if has_rope:
-        # S += (scale Q^rope_i) K^rope_j^T   (same score tile: no concatenated Q or K)
-        s += np.dot(qrs_blk, kr_blk.T)
+        # S += (scale Q^rope_i) K^rope_j^T  (gemm with beta = 1: accumulated in place, RECT-FA)
+        gemm_nt(qrs_blk, kr_blk, s, 1.0, 1.0)
 
 
 @njit(cache=True)
@@ -92,11 +92,11 @@ def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
 
 
 @njit(cache=True)
-def online_softmax_update(s, v_blk, m, l, acc, pv):
+def online_softmax_update(s, v_blk, m, l, acc):
     """Fold one score tile into the running state; ``s`` is overwritten with P~ = e^{S - m_new}.
 
-    s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = O~ (unnormalised
-    output); pv (rows, Dv) scratch for P~ V_j.
+    s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = O~, the
+    unnormalised output.
     """
     rows, cols = s.shape
     for r in range(rows):
@@ -124,9 +124,8 @@ def online_softmax_update(s, v_blk, m, l, acc, pv):
         for d in range(acc.shape[1]):
             acc[r, d] *= alpha
         m[r] = m_new
-    # O~ <- O~ + P~ V_j
-    np.dot(s, v_blk, pv)
-    acc += pv
+    # O~ <- O~ + P~ V_j                  (gemm with beta = 1: no P~V scratch tile, no extra pass)
+    gemm_nn(s, v_blk, acc, 1.0, 1.0)
 
 
 @njit(cache=True)
@@ -183,7 +182,6 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
         m = np.full(rows, -np.inf, dtype=o.dtype)
         l = np.zeros(rows, dtype=o.dtype)
         acc = np.zeros((rows, Dv), dtype=o.dtype)
-        pv = np.empty((rows, Dv), dtype=o.dtype)
         # one flat buffer for every tile of this q-block; a (rows, cols) reshape of its head
         # is C-contiguous, which np.dot's BLAS path needs (a 2-D slice of a 2-D buffer is not)
         s_buf = np.empty(rows * block_k, dtype=o.dtype)
@@ -202,7 +200,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
             score_tile(qs, k[b, hk, j0:j1], qrs, kr, has_rope, s)
             if cls != FULL or has_mask:
                 mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
-            online_softmax_update(s, v[b, hk, j0:j1], m, l, acc, pv)
+            online_softmax_update(s, v[b, hk, j0:j1], m, l, acc)
             done += 1
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
         row_max[b, h, i0:i1] = m
