@@ -45,6 +45,14 @@ def attention_flops(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, batch: int =
     return 2.0 * seq_q * seq_k * (d_qk + d_v) * batch * heads * tile_fraction
 
 
+def attention_backward_flops(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, batch: int = 1,
+                             heads: int = 1, tile_fraction: float = 1.0) -> float:
+    """Matmul FLOPs of the recomputing backward: five matmuls per tile,
+    ``S = Q K^T`` (Dqk), ``dP = dO V^T`` (Dv), ``dV += P^T dO`` (Dv), ``dQ += dS K`` (Dqk),
+    ``dK += dS^T Q`` (Dqk): ``2 Sq Sk (3 Dqk + 2 Dv)``, i.e. 2.5x the forward when Dqk = Dv."""
+    return 2.0 * seq_q * seq_k * (3 * d_qk + 2 * d_v) * batch * heads * tile_fraction
+
+
 def matmul_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, elem: int = 2) -> dict:
     """Arithmetic intensity (FLOP per HBM byte) of each step of *standard* attention.
 
