@@ -73,7 +73,8 @@ from numba import njit, prange
 
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
-from flashlab.kernels.forward import mask_tile, score_tile, tile_fully_masked
+from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
+from flashlab.kernels.forward import exp_shifted, mask_tile, score_tile, tile_fully_masked
 
 #: :func:`q_splits` splits the query blocks of each head until there are at least this many
 #: parallel work items (a constant, never the thread count: the bits must not depend on it).
@@ -102,21 +103,22 @@ def row_dot(do_blk, o_blk, dsum):
 
 @njit(cache=True)
 def probs_from_lse(s, lse_blk):
-    """Overwrite the score tile ``s`` (rows, cols) with $P = e^{S - \\mathrm{LSE}}$.
+    """Overwrite the score tile ``s`` (rows, cols) with P = e^{S - LSE}.
 
     ``lse_blk`` (rows,). A row with LSE = -inf (no allowed key) gets P = 0; masked entries
-    (S = -inf) give e^{-inf} = 0.
+    (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`exp_shifted`
+    (LSE >= rowmax(S), so every exponent is <= 0 as it requires).
     """
     rows, cols = s.shape
+    kbuf = np.empty(cols, dtype=np.int32)
     for r in range(rows):
         m = lse_blk[r]
         if m == -np.inf:
             for c in range(cols):
                 s[r, c] = 0.0
             continue
-        for c in range(cols):
-            # P_ij = exp(S_ij - LSE_i)
-            s[r, c] = math.exp(s[r, c] - m)
+        # P_ij = exp(S_ij - LSE_i)
+        exp_shifted(s[r], m, kbuf)
 
 
 @njit(cache=True)
@@ -168,11 +170,6 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
         # flat scratch buffers: a (rows, cols) reshape of a head is C-contiguous (BLAS needs it)
         s_buf = np.empty(block_q * block_k, dtype=dt)
         dp_buf = np.empty(block_q * block_k, dtype=dt)
-        dq_tmp_buf = np.empty(block_q * Dqk, dtype=dt)
-        dqr_tmp_buf = np.empty(block_q * Dr, dtype=dt)
-        dk_tmp_buf = np.empty(block_k * Dqk, dtype=dt)
-        dv_tmp_buf = np.empty(block_k * Dv, dtype=dt)
-        dkr_tmp_buf = np.empty(block_k * Dr, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
         for qb in range(c, n_qb, n_split):
             i0 = qb * block_q
@@ -188,8 +185,6 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
             row_dot(do_blk, o[b, h, i0:i1], dsum[:rows])
             dq_acc = np.zeros((rows, Dqk), dtype=dt)
             dqr_acc = np.zeros((rows, Dr), dtype=dt)
-            dq_tmp = dq_tmp_buf[: rows * Dqk].reshape((rows, Dqk))
-            dqr_tmp = dqr_tmp_buf[: rows * Dr].reshape((rows, Dr))
             done = 0
             # the forward's tile loop: same kv-block range, same skips
             kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
@@ -213,29 +208,21 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
                 # P = exp(S - LSE_i)   (s now holds P)
                 probs_from_lse(s, lse_blk)
-                # dV_j += P^T dO_i
-                dv_tmp = dv_tmp_buf[: cols * Dv].reshape((cols, Dv))
-                np.dot(s.T, do_blk, dv_tmp)
-                dv_acc[j0:j1] += dv_tmp
+                # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
+                gemm_tn(s, do_blk, dv_acc[j0:j1], 1.0, 1.0)
                 # dP = dO_i V_j^T
-                np.dot(do_blk, v_blk.T, dp)
+                gemm_nt(do_blk, v_blk, dp, 1.0, 0.0)
                 # dS = P * (dP - D_i)   (dp now holds dS)
                 ds_from_dp(s, dp, dsum)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
-                np.dot(dp, k_blk, dq_tmp)
-                dq_acc += dq_tmp
+                gemm_nn(dp, k_blk, dq_acc, 1.0, 1.0)
                 # dK_j += scale dS^T Q_i = dS^T (scale Q_i)
-                dk_tmp = dk_tmp_buf[: cols * Dqk].reshape((cols, Dqk))
-                np.dot(dp.T, qs, dk_tmp)
-                dk_acc[j0:j1] += dk_tmp
+                gemm_tn(dp, qs, dk_acc[j0:j1], 1.0, 1.0)
                 if has_rope:
                     # dQ^rope_i += dS K^rope_j   (times scale after the last tile)
-                    np.dot(dp, kr_blk, dqr_tmp)
-                    dqr_acc += dqr_tmp
+                    gemm_nn(dp, kr_blk, dqr_acc, 1.0, 1.0)
                     # dK^rope_j += scale dS^T Q^rope_i = dS^T (scale Q^rope_i)
-                    dkr_tmp = dkr_tmp_buf[: cols * Dr].reshape((cols, Dr))
-                    np.dot(dp.T, qrs, dkr_tmp)
-                    dkr_acc[j0:j1] += dkr_tmp
+                    gemm_tn(dp, qrs, dkr_acc[j0:j1], 1.0, 1.0)
                 done += 1
             # dQ_i = scale * sum_j dS K_j
             dq[b, h, i0:i1] = dq_acc * scale

