@@ -31,6 +31,18 @@ may be smaller (``D_q = D_k >= D_v``, the operator's constraint).
 uses it only as a stamp for diagonal tiles and derives the mask from the rule, so this module
 checks the stamp's shape and content and builds the real mask from the rule.
 
+**RoPE operands** (the MLA variant of the operator, ``query_rope``/``key_rope``):
+
+$$
+\text{scores} = \text{scale}\,(Q K^\top + Q^{rope} {K^{rope}}^\top),
+$$
+
+``query_rope`` in the query's layout with ``head_num`` heads and its own head dim ``D_r``,
+``key_rope`` in the key's layout. Here ``key_rope`` may have any head count dividing
+``head_num``; MLA's is 1 (one RoPE key per token, shared by every head), which the kernel
+reads as it is, never copied per head. The grad then also returns ``dq_rope`` and
+``dk_rope`` (summed over the heads sharing a ``key_rope`` head).
+
 **Outputs**: ``softmax_max`` and ``softmax_sum`` are float32 ``[B, N, Sq, 8]`` (TND:
 ``[T, N, 8]``), each value repeated 8 times (32-byte alignment on the device).
 ``softmax_max`` is the row max of the scaled, masked scores and ``softmax_sum`` the row sum of
@@ -528,6 +540,49 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
     return _Setup(input_layout, q, k, v, dims, calls, varlen)
 
 
+def _rope_operands(query_rope, key_rope, st: _Setup) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Check ``query_rope``/``key_rope`` against the layout; return them canonical or ``(None, None)``.
+
+    Canonical: (B, N1, Sq, Dr) and (B, Nr, Sk, Dr), or TND (T_q, N1, Dr) and (T_k, Nr, Dr),
+    with ``N1 % Nr == 0``. For BSH/SBH, ``Dr = H_qr / head_num`` and ``Nr = H_kr / Dr``.
+    """
+    if query_rope is None and key_rope is None:
+        return None, None
+    if query_rope is None or key_rope is None:
+        raise ValueError("query_rope and key_rope must be given together (or neither)")
+    layout, N1 = st.layout, st.dims.N1
+    if layout in ("BSH", "SBH"):
+        dims = "[B, S, N*Dr]" if layout == "BSH" else "[S, B, N*Dr]"
+        qr = _array("query_rope", query_rope, 3, dims)
+        kr = _array("key_rope", key_rope, 3, dims)
+        dr = _split_hidden("query_rope", qr.shape[2], N1, None, "head_num")
+        nr = _split_hidden("key_rope", kr.shape[2], None, dr, "query_rope's Dr = H_qr / head_num")
+        qr, kr = to_bnsd(qr, layout, N1), to_bnsd(kr, layout, nr)
+    elif layout in ("BSND", "BNSD"):
+        dims = f"[{', '.join(layout)}]"
+        qr = to_bnsd(_array("query_rope", query_rope, 4, dims), layout, 0)
+        kr = to_bnsd(_array("key_rope", key_rope, 4, dims), layout, 0)
+    else:  # TND
+        qr = _array("query_rope", query_rope, 3, "[T, N, Dr]")
+        kr = _array("key_rope", key_rope, 3, "[T, N, Dr]")
+    for name, x in (("query_rope", qr), ("key_rope", kr)):
+        if x.dtype != st.q.dtype:
+            raise TypeError(f"{name} must have the query's dtype {st.q.dtype}; got {x.dtype}")
+    # heads are axis 1 in (B, N, S, D) and in (T, N, D); compare every other axis but the last
+    if qr.shape[:-1] != st.q.shape[:-1]:
+        raise ValueError(f"query_rope must match query in every axis but the last (layout {layout}): "
+                         f"{tuple(st.q.shape[:-1])} after reading the layout; got {tuple(qr.shape[:-1])}")
+    others = (kr.shape[:1] + kr.shape[2:-1], st.k.shape[:1] + st.k.shape[2:-1])
+    if others[0] != others[1] or kr.shape[-1] != qr.shape[-1]:
+        raise ValueError(f"key_rope must match key in every axis but the heads and the last, and have "
+                         f"query_rope's Dr={qr.shape[-1]} (layout {layout}); got key_rope "
+                         f"{tuple(kr.shape)} for key {tuple(st.k.shape)} after reading the layout")
+    if N1 % kr.shape[1] != 0:
+        raise ValueError(f"head_num={N1} must be a multiple of key_rope's head count {kr.shape[1]} "
+                         f"(MLA: 1, one key_rope shared by all heads)")
+    return qr, kr
+
+
 def _take(x: np.ndarray, rows: slice, varlen: bool) -> np.ndarray:
     """Rows of a canonical array as a (B', N, s, D) kernel operand (TND: one sequence, B' = 1)."""
     return x[rows].transpose(1, 0, 2)[None] if varlen else x[rows]
@@ -559,7 +614,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                           padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
                           pre_tokens=INT32_MAX, next_tokens=INT32_MAX, inner_precise=0,
                           prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
-                          sparse_mode=0, block_q=64, block_k=64):
+                          sparse_mode=0, query_rope=None, key_rope=None, block_q=64, block_k=64):
     """``FlashAttentionScore`` (``torch_npu.npu_fusion_attention``) forward, on flashlab's kernel.
 
     Parameters
@@ -575,6 +630,10 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     prefix : modes 5/6, one int per batch (TND: per sequence)
     actual_seq_qlen, actual_seq_kvlen : TND only, cumulative sequence ends
     sparse_mode : 0..8
+    query_rope, key_rope : optional RoPE operands (MLA): query_rope in the query's layout with
+        head_num heads and head dim Dr, key_rope in the key's layout with Nr heads,
+        ``head_num % Nr == 0`` (MLA: Nr = 1); their product is added to ``Q K^T`` before
+        ``scale`` (pass ``scale = 1/sqrt(D + Dr)``)
     pse, padding_mask, keep_prob < 1 : raise ``NotImplementedError``; inner_precise 0/1/2 is
         accepted and changes nothing here (it selects device precision paths)
     block_q, block_k : flashlab's tile sizes (not operator arguments)
@@ -588,6 +647,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
                 keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
                 actual_seq_kvlen, sparse_mode)
+    qr, kr = _rope_operands(query_rope, key_rope, st)
     d = st.dims
     rows = (d.Sq, d.N1) if st.varlen else (d.B, d.N1, d.Sq)
     out = np.zeros(rows + (d.Dv,), dtype=query.dtype)
@@ -596,6 +656,8 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     for c in st.calls:
         p = prepare(_take(st.q, c.q_rows, st.varlen), _take(st.k, c.kv_rows, st.varlen),
                     _take(st.v, c.kv_rows, st.varlen), scale=scale, window=_window(c), mask=c.mask,
+                    q_rope=None if qr is None else _take(qr, c.q_rows, st.varlen),
+                    k_rope=None if kr is None else _take(kr, c.kv_rows, st.varlen),
                     block_q=block_q, block_k=block_k)
         o, l, m, _ = api._forward(p)
         _put(out, c.q_rows, st.varlen, o)
@@ -637,7 +699,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
                                atten_mask=None, scale=1.0, keep_prob=1.0, pre_tokens=INT32_MAX,
                                next_tokens=INT32_MAX, inner_precise=0, prefix=None,
                                actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
-                               block_q=64, block_k=64):
+                               query_rope=None, key_rope=None, block_q=64, block_k=64):
     """``FlashAttentionScoreGrad``: ``(dq, dk, dv)`` in the input layout, from the forward's outputs.
 
     The backward recomputes P from the saved statistics (CANN docs, *FlashAttentionScoreGrad*):
@@ -653,10 +715,16 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     (they must be the forward's), plus ``dy`` and ``attention_in`` (the forward's
     ``attention_out``) in the query's layout and ``softmax_max``/``softmax_sum`` as returned
     by the forward. dk, dv are summed over the query heads sharing a kv head (GQA).
+
+    With ``query_rope``/``key_rope`` (as given to the forward) it returns
+    ``(dq, dk, dv, dq_rope, dk_rope)``: ``dq_rope = scale dS K_rope`` and
+    ``dk_rope = scale dS^T Q_rope``, summed over the heads sharing a key_rope head, in the
+    layouts of query_rope and key_rope.
     """
     st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
                 keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
                 actual_seq_kvlen, sparse_mode)
+    qr, kr = _rope_operands(query_rope, key_rope, st)
     d = st.dims
     do = _grad_operand("dy", dy, st, query.dtype, d.Dv)
     o = _grad_operand("attention_in", attention_in, st, query.dtype, d.Dv)
@@ -668,15 +736,25 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     dq = np.zeros(st.q.shape, dtype=query.dtype)
     dk = np.zeros(st.k.shape, dtype=query.dtype)
     dv = np.zeros(st.v.shape, dtype=query.dtype)
+    rope = qr is not None
+    dq_rope = np.zeros(qr.shape, dtype=query.dtype) if rope else None
+    dk_rope = np.zeros(kr.shape, dtype=query.dtype) if rope else None
     for c in st.calls:
         grads = api.flash_attention_backward(
             _take(do, c.q_rows, st.varlen), _take(st.q, c.q_rows, st.varlen),
             _take(st.k, c.kv_rows, st.varlen), _take(st.v, c.kv_rows, st.varlen),
             _take(o, c.q_rows, st.varlen), np.ascontiguousarray(_take_lse(lse, c.q_rows, st.varlen)),
-            scale=scale, window=_window(c), mask=c.mask, block_q=block_q, block_k=block_k)
+            scale=scale, window=_window(c), mask=c.mask,
+            q_rope=_take(qr, c.q_rows, st.varlen) if rope else None,
+            k_rope=_take(kr, c.kv_rows, st.varlen) if rope else None,
+            block_q=block_q, block_k=block_k)
         _put(dq, c.q_rows, st.varlen, grads[0])
         _put(dk, c.kv_rows, st.varlen, grads[1])
         _put(dv, c.kv_rows, st.varlen, grads[2])
+        if rope:
+            _put(dq_rope, c.q_rows, st.varlen, grads[3])
+            _put(dk_rope, c.kv_rows, st.varlen, grads[4])
+    grads = (dq, dk, dv) + ((dq_rope, dk_rope) if rope else ())
     if st.varlen:
-        return dq, dk, dv
-    return from_bnsd(dq, st.layout), from_bnsd(dk, st.layout), from_bnsd(dv, st.layout)
+        return grads
+    return tuple(from_bnsd(g, st.layout) for g in grads)

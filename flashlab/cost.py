@@ -24,10 +24,33 @@ $$
 
 With on-chip memory of $M$ elements the largest block that fits has $B_r = \Theta(M/d)$, so
 this is $\Theta(N^2 d^2 / M)$: Theorem 2 of the FlashAttention paper.
+
+**MLA dataflows** (:func:`mla_forward_steps`, :func:`mla_backward_steps`): closed forms for the
+three dataflows of :mod:`flashlab.mla`, step by step, and the factor each RECT-FA idea saves
+(:func:`mla_savings`).
+
+Notation: $B$ batch, $H$ heads, $S_q$/$S_k$ lengths, $D_n$/$D_r$/$D_v$ the NoPE, RoPE and V
+head dims (DeepSeek-V3: 128, 64, 128), $D = D_n + D_r$; $P$ the attended (query, key) pairs
+of all heads ($B H S_q S_k$, about half with ``causal``); $e$ bytes per element; the LSE is
+float32. Row counts: $n_q = B H S_q$ query rows, $n_k = B H S_k$ per-head key rows,
+$n_r = B S_k$ rows of the shared ``k_rope``.
+
+* FLOPs: 2 per multiply-add of the matrix products (softmax work not counted, as in the
+  FlashAttention papers) and 1 per addition of the head-sum of the baseline's backward.
+  Forward $2P(D + D_v^{att})$; backward $2P(3D + 2D_v^{att})$ (5 products), with
+  $D_v^{att} = D$ when V is padded and $D_v$ otherwise.
+* Bytes: every step reads each input array once and writes each output array once (the
+  compulsory traffic of an operator; the tiled kernel's re-reads of K and V per query block,
+  :func:`hbm_elements_flash`, come on top).
+* Extra memory ("allocated"): every step allocates its outputs, as separate operators do;
+  "workspace" is scratch the step frees again: here only the backward kernel's per-head
+  partial sums of dK/dV/dK_rope, the price of its deterministic parallel split (the
+  alternative, atomic adds into one buffer, is discussed in :mod:`flashlab.kernels.backward`).
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 #: floating-point operations counted per softmax element: max, subtract, exp, sum, divide
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -148,3 +171,220 @@ def operation_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_
     """Arithmetic intensity (FLOP/byte) of each entry of :func:`operation_costs`."""
     return {name: f / b for name, (f, b) in
             operation_costs(seq_q, seq_k, d_qk, d_v, block_q=block_q, elem=elem).items()}
+
+
+# ------------------------------------------------------------------------------------------
+# MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
+# ------------------------------------------------------------------------------------------
+
+#: the dataflows of :mod:`flashlab.mla`: pad V + concat RoPE; concat RoPE only; RECT-FA
+MLA_DATAFLOWS = ("baseline", "native_v", "rect")
+
+#: bytes per LSE element (the kernels keep it in float32 whatever the inputs' dtype)
+LSE_BYTES = 4
+
+
+class StepCost(NamedTuple):
+    """Cost of one step of an MLA dataflow (the fields of :class:`flashlab.mla.Step`)."""
+
+    name: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    allocated: int
+    workspace: int = 0
+
+
+def attended_pairs(seq_q: int, seq_k: int, causal: bool = False) -> int:
+    """Number of (query, key) pairs one head attends: ``Sq Sk``, or with ``causal`` (top-left,
+    key ``j <= i``) ``sum_i min(i + 1, Sk)``.
+
+    >>> attended_pairs(4, 4, causal=True), attended_pairs(5, 3, causal=True)
+    (10, 12)
+    """
+    if not causal:
+        return seq_q * seq_k
+    n = min(seq_q, seq_k)
+    # rows 0..n-1 see i + 1 keys; the rows past Sk see all Sk keys
+    return n * (n + 1) // 2 + (seq_q - n) * seq_k
+
+
+def _check_mla_sizes(dataflow: str, **sizes) -> None:
+    if dataflow not in MLA_DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {MLA_DATAFLOWS}; got {dataflow!r}")
+    for name, x in sizes.items():
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+    if dataflow == "baseline" and sizes["d_v"] > sizes["d_nope"] + sizes["d_rope"]:
+        raise ValueError(f"the baseline pads V to D = d_nope + d_rope, so d_v must be <= "
+                         f"{sizes['d_nope'] + sizes['d_rope']}; got {sizes['d_v']}")
+
+
+def _attention_dims(dataflow: str, d_nope: int, d_rope: int, d_v: int) -> tuple[int, int]:
+    """``(QK dim, V dim)`` the attention kernel computes with: V padded to D in the baseline."""
+    d = d_nope + d_rope
+    return d, (d if dataflow == "baseline" else d_v)
+
+
+def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
+                      dataflow: str = "rect", causal: bool = False, elem: int = 2,
+                      seq_k: int | None = None) -> list[StepCost]:
+    """Closed-form cost of each forward step of ``dataflow`` (see :mod:`flashlab.mla`).
+
+    ``seq`` is the query length, ``seq_k`` the key length (default ``seq``). Returns the
+    steps in order, with the names :func:`flashlab.mla.mla_forward` gives them.
+    """
+    sk = seq if seq_k is None else seq_k
+    _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
+                     d_rope=d_rope, d_v=d_v, elem=elem)
+    d = d_nope + d_rope
+    nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
+    pairs = batch * heads * attended_pairs(seq, sk, causal)
+    d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
+    lse = LSE_BYTES * nq
+    steps = []
+
+    def step(name: str, flops: int, read: int, written: int) -> None:
+        # every step allocates what it writes
+        steps.append(StepCost(name, flops, read, written, written))
+
+    if dataflow in ("baseline", "native_v"):
+        # read k_rope (B, 1, Sk, Dr); write it per head (B, H, Sk, Dr)
+        step("expand k_rope", 0, elem * nr * d_rope, elem * nk * d_rope)
+        # read q_nope, q_rope; write Q = [q_nope, q_rope] (B, H, Sq, D)
+        step("concat Q", 0, elem * nq * (d_nope + d_rope), elem * nq * d)
+        # read k_nope and the expanded k_rope; write K (B, H, Sk, D)
+        step("concat K", 0, elem * nk * (d_nope + d_rope), elem * nk * d)
+    if dataflow == "baseline":
+        # read V (B, H, Sk, Dv); write it zero-padded to (B, H, Sk, D)
+        step("pad V", 0, elem * nk * d_v, elem * nk * d)
+    # FLOPs: S = Q K^T: 2 P D ; O = P V: 2 P Dv_att
+    flops = 2 * pairs * d_qk_att + 2 * pairs * d_v_att
+    if dataflow == "rect":
+        # read q_nope, q_rope, k_nope, V and the ONE shared k_rope head
+        read = elem * (nq * (d_nope + d_rope) + nk * (d_nope + d_v) + nr * d_rope)
+    else:
+        read = elem * (nq * d + nk * d + nk * d_v_att)
+    # write O (B, H, Sq, Dv_att) and the LSE
+    step("flash attention", flops, read, elem * nq * d_v_att + lse)
+    if dataflow == "baseline":
+        # read the first Dv columns of O; write them as (B, H, Sq, Dv)
+        step("slice O", 0, elem * nq * d_v, elem * nq * d_v)
+    return steps
+
+
+def backward_partials_elements(batch: int, heads: int, seq_q: int, seq_k: int,
+                               grads: list[tuple[int, int]], block_q: int) -> int:
+    """Elements of the backward kernel's partial-sum buffers (:mod:`flashlab.kernels.backward`).
+
+    ``grads``: ``(heads of the gradient, its dim)`` for each of dK, dV (and dK_rope). A
+    gradient whose heads equal the query heads, with one query chunk per head, is written
+    directly; any other gets ``B * H * n_split * Sk * dim`` partials, ``n_split`` from
+    :func:`flashlab.kernels.backward.q_splits`.
+    """
+    from flashlab.kernels.backward import q_splits
+
+    n_split = q_splits(batch, heads, _cdiv(seq_q, block_q))
+    return sum(0 if (g == heads and n_split == 1) else batch * heads * n_split * seq_k * dim
+               for g, dim in grads)
+
+
+def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
+                       dataflow: str = "rect", causal: bool = False, elem: int = 2,
+                       seq_k: int | None = None, block_q: int = 64) -> list[StepCost]:
+    """Closed-form cost of each backward step of ``dataflow``: the forward's steps reversed.
+
+    ``block_q`` only sets the backward kernel's workspace (its query chunks per head). The
+    workspace is counted in the kernel's accumulation dtype: 8 bytes for float64, else 4.
+    """
+    sk = seq if seq_k is None else seq_k
+    _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
+                     d_rope=d_rope, d_v=d_v, elem=elem, block_q=block_q)
+    d = d_nope + d_rope
+    nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
+    pairs = batch * heads * attended_pairs(seq, sk, causal)
+    d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
+    lse = LSE_BYTES * nq
+    acc_elem = 8 if elem == 8 else 4
+    steps = []
+
+    def step(name: str, flops: int, read: int, written: int, workspace: int = 0) -> None:
+        steps.append(StepCost(name, flops, read, written, written, workspace))
+
+    if dataflow == "baseline":
+        # the gradient of "slice O" is a pad: read dO (B, H, Sq, Dv), write it padded to D
+        step("pad dO", 0, elem * nq * d_v, elem * nq * d)
+    # FLOPs of the 5 products: S = Q K^T, dQ = dS K, dK = dS^T Q (QK dim); dV = P^T dO,
+    # dP = dO V^T (V dim)
+    flops = 2 * pairs * (3 * d_qk_att + 2 * d_v_att)
+    if dataflow == "rect":
+        # read dO, O, V, q_nope, k_nope, q_rope, the shared k_rope, LSE
+        read = elem * (2 * nq * d_v + nk * d_v + nq * d_nope + nk * d_nope
+                       + nq * d_rope + nr * d_rope) + lse
+        # write dq_nope, dk_nope, dV, dq_rope and the shared head's dk_rope
+        written = elem * (nq * d_nope + nk * d_nope + nk * d_v + nq * d_rope + nr * d_rope)
+        grads = [(heads, d_nope), (heads, d_v), (1, d_rope)]
+    else:
+        # read dO, O (V dim), Q, K (D), V, LSE; write dQ, dK (D), dV
+        read = elem * (2 * nq * d_v_att + nq * d + nk * d + nk * d_v_att) + lse
+        written = elem * (nq * d + nk * d + nk * d_v_att)
+        grads = [(heads, d), (heads, d_v_att)]
+    workspace = acc_elem * backward_partials_elements(batch, heads, seq, sk, grads, block_q)
+    step("flash attention backward", flops, read, written, workspace)
+    if dataflow in ("baseline", "native_v"):
+        # the gradient of "concat Q": read dQ (D), write dq_nope and dq_rope
+        step("split dQ", 0, elem * nq * d, elem * nq * (d_nope + d_rope))
+        # the gradient of "concat K": read dK (D), write dk_nope and the per-head dk_rope
+        step("split dK", 0, elem * nk * d, elem * nk * (d_nope + d_rope))
+        # the gradient of "expand k_rope": add the H per-head gradients, (H - 1) adds each
+        step("sum dk_rope over heads", (nk - nr) * d_rope, elem * nk * d_rope, elem * nr * d_rope)
+    if dataflow == "baseline":
+        # the gradient of "pad V" is a slice: read the first Dv columns of dV, write them
+        step("slice dV", 0, elem * nk * d_v, elem * nk * d_v)
+    return steps
+
+
+def total_cost(steps: list) -> StepCost:
+    """Sum of the steps' FLOPs, bytes, allocations and workspaces, named ``"total"``."""
+    return StepCost("total", *(sum(getattr(s, f) for s in steps) for f in StepCost._fields[1:]))
+
+
+#: the two RECT-FA ideas and both together: (dataflow before, dataflow after)
+MLA_IDEAS = {
+    "native V (no pad, no slice)": ("baseline", "native_v"),
+    "split RoPE (no expand, no concat)": ("native_v", "rect"),
+    "RECT-FA (both)": ("baseline", "rect"),
+}
+
+
+def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
+                causal: bool = False, elem: int = 2, seq_k: int | None = None,
+                block_q: int = 64) -> dict[str, dict[str, float]]:
+    """Predicted factor (before / after) of each idea of :data:`MLA_IDEAS`, per quantity.
+
+    Quantities: ``"PV FLOPs"`` (the forward's P V product), ``"forward FLOPs"``,
+    ``"backward FLOPs"``, ``"forward bytes"`` and ``"backward bytes"`` (read + written),
+    ``"forward memory"`` and ``"backward memory"`` (allocated + workspace of all steps).
+    A factor 1.5 means the "before" dataflow does 1.5x the "after" one; the fraction saved
+    is ``1 - 1/factor``. With DeepSeek-V3's dims, padding V costs ``"PV FLOPs"`` = 192/128 = 1.5.
+    """
+    args = (batch, heads, seq, d_nope, d_rope, d_v)
+    kw = dict(causal=causal, elem=elem, seq_k=seq_k)
+    sk = seq if seq_k is None else seq_k
+    pairs = batch * heads * attended_pairs(seq, sk, causal)
+
+    def quantities(flow: str) -> dict[str, float]:
+        fwd = total_cost(mla_forward_steps(*args, dataflow=flow, **kw))
+        bwd = total_cost(mla_backward_steps(*args, dataflow=flow, block_q=block_q, **kw))
+        return {
+            "PV FLOPs": 2 * pairs * _attention_dims(flow, d_nope, d_rope, d_v)[1],
+            "forward FLOPs": fwd.flops, "backward FLOPs": bwd.flops,
+            "forward bytes": fwd.bytes_read + fwd.bytes_written,
+            "backward bytes": bwd.bytes_read + bwd.bytes_written,
+            "forward memory": fwd.allocated + fwd.workspace,
+            "backward memory": bwd.allocated + bwd.workspace,
+        }
+
+    q = {flow: quantities(flow) for flow in MLA_DATAFLOWS}
+    return {idea: {k: q[before][k] / q[after][k] for k in q[before]}
+            for idea, (before, after) in MLA_IDEAS.items()}

@@ -5,6 +5,7 @@
 - :mod:`flashlab.viz.hierarchy` — memory hierarchies drawn from the hardware profiles: a GPU
   pyramid and the data paths of an Ascend AI Core.
 - :mod:`flashlab.viz.tiles` — block maps of empty/partial/full tiles and frames of the tile walk.
+- :mod:`flashlab.viz.backward` — the forward and backward steps of one tile, as data and a diagram.
 - :mod:`flashlab.viz.masks` — the mask gallery and varlen (TND) launch maps.
 - :mod:`flashlab.viz.sparse_modes` — the CANN ``sparse_mode`` masks, drawn from the operator's code.
 - :mod:`flashlab.viz.code` — :func:`show_source`, the package's code shown in a chapter.
