@@ -68,9 +68,13 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
 
     Returns
     -------
-    o : (B, H, Sq, Dv) in q's dtype; lse : (B, H, Sq) float32, natural log.
-    A row with no allowed key gives ``o = 0`` and ``lse = -inf``.
+    o : (B, H, Sq, Dv)
+        in q's dtype; a row with no allowed key gives ``o = 0``
+    lse : (B, H, Sq)
+        float32, natural log; ``-inf`` for a row with no allowed key
 
+    Notes
+    -----
     Tiles that ``causal``/``window`` mask completely are never computed (see
     :mod:`flashlab.kernels.forward`); with a dense ``mask`` a tile it masks completely is
     skipped after its mask is read.
@@ -186,17 +190,23 @@ def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, w
     do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
     q, k, v, scale, causal, window, mask, q_rope, k_rope, block_q, block_k : as in
         :func:`flash_attention`, and they must be the ones the forward was called with
-    o : (B, H, Sq, Dv), q's dtype; lse : (B, H, Sq) float32 or float64 — the forward's outputs.
-        The backward's accuracy is bounded by ``lse``'s: a float32 ``lse`` limits float64
-        gradients to about 1e-7 relative; pass a float64 ``lse`` for more.
+    o : (B, H, Sq, Dv)
+        the forward's output, q's dtype
+    lse : (B, H, Sq)
+        the forward's LSE, float32 or float64. The backward's accuracy is bounded by
+        ``lse``'s: a float32 ``lse`` limits float64 gradients to about 1e-7 relative; pass a
+        float64 ``lse`` for more.
 
     Returns
     -------
-    ``(dq, dk, dv)``, or ``(dq, dk, dv, dq_rope, dk_rope)`` when the rope operands are given,
-    in the inputs' dtype with the shapes of q, k, v, q_rope, k_rope. dk, dv are summed over
-    the query heads sharing each kv head (GQA) and dk_rope over those sharing each k_rope
-    head. Rows with no allowed key (``lse = -inf``) contribute nothing.
+    grads : tuple
+        ``(dq, dk, dv)``, or ``(dq, dk, dv, dq_rope, dk_rope)`` when the rope operands are
+        given, in the inputs' dtype with the shapes of q, k, v, q_rope, k_rope. dk, dv are
+        summed over the query heads sharing each kv head (GQA) and dk_rope over those sharing
+        each k_rope head. Rows with no allowed key (``lse = -inf``) contribute nothing.
 
+    Notes
+    -----
     Deterministic: the same bits on every run and for any Numba thread count (see
     :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
     the forward. float16 inputs are computed in float32.

@@ -12,7 +12,7 @@ This module is a CPU reference of that interface: it reads the operator's argume
 ``head_num``, ``sparse_mode``, ``pre_tokens``/``next_tokens``, ``prefix``, the cumulative
 ``actual_seq_qlen``/``actual_seq_kvlen`` of the varlen layout TND), turns the mask arguments into
 flashlab's mask model (a band ``[i - left, i + right]`` plus, only where a rule needs one, a
-dense mask; see :mod:`flashlab.masks`) and runs :mod:`flashlab.kernels` on each piece. The band
+dense mask; see :mod:`flashlab.masks`) and runs the ``flashlab.kernels`` on each piece. The band
 is what lets the kernel skip whole tiles, as the operator's block-sparse scheduling does.
 
 **Layouts** (``input_layout``): ``BSH`` [B, S, N*D], ``SBH`` [S, B, N*D], ``BSND``, ``BNSD``,
@@ -334,7 +334,7 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     """Turn the operator's mask arguments into kernel calls, checking every one of them.
 
     ``seqs`` is None for the B, N, S, D layouts and the TND sequences ``(q0, q1, k0, k1)``
-    otherwise. Returns the :class:`_Call` list that :func:`flash_attention_score`, its grad
+    otherwise. Returns the ``_Call`` list that :func:`flash_attention_score`, its grad
     and :func:`sparse_mode_mask` all run through, so what is drawn is what is computed.
     """
     if isinstance(sparse_mode, bool) or not isinstance(sparse_mode, numbers.Integral):

@@ -8,9 +8,9 @@ probabilities to HBM and reads them back:
 
 $$
 \text{HBM}_\text{std} = \underbrace{S_q d + S_k d}_{\text{read }Q,K} + \underbrace{S_q S_k}_{\text{write }S}
- + \underbrace{2 S_q S_k}_{\text{read }S,\ \text{write }P} + \underbrace{S_q S_k + S_k d_v}_{\text{read }P, V}
- + \underbrace{S_q d_v}_{\text{write }O}
- \;=\; \Theta(N d + N^2).
++ \underbrace{2 S_q S_k}_{\text{read }S,\ \text{write }P} + \underbrace{S_q S_k + S_k d_v}_{\text{read }P, V}
++ \underbrace{S_q d_v}_{\text{write }O}
+\;=\; \Theta(N d + N^2).
 $$
 
 **Tiled attention, query-block outer loop** (FlashAttention-2 order, what
@@ -19,7 +19,7 @@ output written once, and every key/value block streamed past it:
 
 $$
 \text{HBM}_\text{flash} = S_q d + S_q d_v + \Big\lceil \tfrac{S_q}{B_r} \Big\rceil S_k (d + d_v) + S_q
- \quad(\text{last term: the LSE}).
+\quad(\text{last term: the LSE}).
 $$
 
 With on-chip memory of $M$ elements the largest block that fits has $B_r = \Theta(M/d)$, so
@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-#: floating-point operations counted per softmax element: max, subtract, exp, sum, divide
+#: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 
 
@@ -349,7 +349,7 @@ def total_cost(steps: list) -> StepCost:
     return StepCost("total", *(sum(getattr(s, f) for s in steps) for f in StepCost._fields[1:]))
 
 
-#: the two RECT-FA ideas and both together: (dataflow before, dataflow after)
+#: the two RECT-FA ideas and both together, each as (dataflow before, dataflow after)
 MLA_IDEAS = {
     "native V (no pad, no slice)": ("baseline", "native_v"),
     "split RoPE (no expand, no concat)": ("native_v", "rect"),

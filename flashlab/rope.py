@@ -56,7 +56,7 @@ import numbers
 
 import numpy as np
 
-#: DeepSeek-V3 per-head sizes: config.json of deepseek-ai/DeepSeek-V3 (``qk_nope_head_dim``,
+#: DeepSeek-V3 per-head sizes, from config.json of deepseek-ai/DeepSeek-V3 (``qk_nope_head_dim``,
 #: ``qk_rope_head_dim``, ``v_head_dim``, ``num_attention_heads``, ``rope_theta``) and the
 #: DeepSeek-V3 Technical Report (arXiv:2412.19437), *Hyper-Parameters* (d_h = 128,
 #: d_h^R = 64, n_h = 128). Q/K head dim 128 + 64 = 192 and V head dim 128 are the

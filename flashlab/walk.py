@@ -44,14 +44,14 @@ class TileStep:
     ``rows = (i0, i1)`` and ``cols = (j0, j1)`` are the tile's half-open index ranges;
     ``r = i1 - i0`` rows, ``c = j1 - j0`` columns, ``Dv`` the value dim.
 
-    tile_class : EMPTY for a skipped tile, else the band's class (PARTIAL or FULL) from
-        :func:`flashlab.masks.tile_class`
-    masked : whether ``mask_tile`` ran on this tile (band PARTIAL, or a dense mask given)
-    s : (r, c) scores after masking (masked = -inf), before the softmax; None when skipped
-    p : (r, c) $\tilde P = e^{S - m'}$; None when skipped
-    m_prev, m, l : (r,) running max before / after the tile, running denominator after
-    acc : (r, Dv) unnormalised output $\tilde O$ after the tile
-    o_partial : (r, Dv) $\tilde O / \ell$ after the tile (rows with $\ell = 0$ give 0)
+    - ``tile_class``: EMPTY for a skipped tile, else the band's class (PARTIAL or FULL) from
+      :func:`flashlab.masks.tile_class`;
+    - ``masked``: whether ``mask_tile`` ran on this tile (band PARTIAL, or a dense mask given);
+    - ``s``: (r, c) scores after masking (masked = -inf), before the softmax; None when skipped;
+    - ``p``: (r, c) $\tilde P = e^{S - m'}$; None when skipped;
+    - ``m_prev``, ``m``, ``l``: (r,) running max before / after the tile, running denominator after;
+    - ``acc``: (r, Dv) unnormalised output $\tilde O$ after the tile;
+    - ``o_partial``: (r, Dv) $\tilde O / \ell$ after the tile (rows with $\ell = 0$ give 0).
     """
 
     qb: int

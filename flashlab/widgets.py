@@ -152,7 +152,7 @@ class TileExplorer:
 
     @property
     def n_steps(self) -> int:
-        """Number of steps of the current walk: one per tile, skipped tiles included."""
+        """Number of steps of the current walk (one per tile, skipped tiles included)."""
         return len(self.walk.steps)
 
     def rebuild(self) -> None:

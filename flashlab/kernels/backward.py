@@ -106,7 +106,7 @@ def probs_from_lse(s, lse_blk):
     """Overwrite the score tile ``s`` (rows, cols) with P = e^{S - LSE}.
 
     ``lse_blk`` (rows,). A row with LSE = -inf (no allowed key) gets P = 0; masked entries
-    (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`exp_shifted`
+    (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`flashlab.kernels.forward.exp_shifted`
     (LSE >= rowmax(S), so every exponent is <= 0 as it requires).
     """
     rows, cols = s.shape

@@ -19,7 +19,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
 from flashlab.viz.style import PALETTE, new_figure
 
-#: kinds of step: a matrix product on the tile, or element-wise (vector) work
+#: the two kinds of step (a matrix product on the tile, or element-wise vector work)
 MATMUL, VECTOR = "matmul", "vector"
 
 
@@ -39,6 +39,7 @@ class Step:
     per_tile: bool = True
 
 
+#: the forward's steps for one tile, in the kernel's order
 FORWARD_STEPS: tuple[Step, ...] = (
     Step(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),
     Step(r"$m' = \max(m, \mathrm{rowmax}\,S),\ \tilde P = e^{S - m'},\ \ell' = \dots$", VECTOR),
@@ -46,6 +47,7 @@ FORWARD_STEPS: tuple[Step, ...] = (
     Step(r"$O_i = \tilde O / \ell,\ \ \mathrm{LSE}_i = m + \log \ell$", VECTOR, per_tile=False),
 )
 
+#: the backward's steps for one tile, in the kernel's order (5 matrix products)
 BACKWARD_STEPS: tuple[Step, ...] = (
     Step(r"$D_i = \mathrm{rowsum}(dO_i \circ O_i)$", VECTOR, per_tile=False),
     Step(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),

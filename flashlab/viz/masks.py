@@ -33,7 +33,7 @@ _LABELS = {EMPTY: "empty (skipped)", PARTIAL: "partial (masked per element)",
 
 
 def tile_counts(classes: np.ndarray) -> str:
-    """``"F full, P partial, E empty"`` for a tile-class array from :func:`classify_tiles`."""
+    """``"F full, P partial, E empty"`` for a tile-class array from :func:`flashlab.masks.classify_tiles`."""
     return ", ".join(f"{int(np.sum(classes == c))} {name}"
                      for c, name in ((FULL, "full"), (PARTIAL, "partial"), (EMPTY, "empty")))
 
