@@ -19,9 +19,12 @@ $$
 
 memory-bound below the *ridge point* $I^\ast = \pi / \beta$ and compute-bound above it.
 
-Extending: a later issue adds engine rates (MTE2, MTE1, FixPipe, Vector) for the pipeline
-simulator. Add them as new fields *with defaults* (e.g. ``engines: tuple[Engine, ...] = ()``)
-so that the profiles below keep constructing, and give every new number a :class:`Param`.
+Per-core profiles also carry a :class:`CoreModel`: the in-order engines of one core (Ascend's
+MTE2, MTE1, Cube, FixPipe, Vector, MTE3; an SM's async copy / TMA, tensor core, FP32 cores)
+with their rates and fixed start latencies, the matrix unit's shape, and which memory level
+plays which buffer role. :mod:`flashlab.pipeline.schedule` turns it into task durations.
+Most engine rates inside a core are not published: they are ``"assumption"`` Params whose
+source says why the number was chosen; :func:`with_core` moves them.
 """
 from __future__ import annotations
 
@@ -44,11 +47,17 @@ STATUSES = ("published", "derived", "assumption")
 class Param:
     """One number with its unit and its evidence.
 
-    value: the number in base units (bytes, byte/s, FLOP/s, Hz, a count).
-    unit: the unit of ``value``, e.g. ``"B"``, ``"B/s"``, ``"FLOP/s"``.
-    source: where it comes from (document and section), or the formula for a derived number,
-        or why it is assumed.
-    status: ``"published"``, ``"derived"`` or ``"assumption"``.
+    Attributes
+    ----------
+    value
+        the number in base units (bytes, byte/s, FLOP/s, Hz, a count)
+    unit
+        the unit of ``value``, e.g. ``"B"``, ``"B/s"``, ``"FLOP/s"``
+    source
+        where it comes from (document and section), or the formula for a derived number,
+        or why it is assumed
+    status
+        ``"published"``, ``"derived"`` or ``"assumption"``
     """
 
     value: float
@@ -110,6 +119,113 @@ class DataPath:
     source: str
 
 
+#: The buffer roles of the FlashAttention tile loop (see :class:`CoreModel`).
+BUFFER_ROLES = ("L1", "L0A", "L0B", "L0C", "UB")
+#: How a core's matrix and vector units hand tiles to each other (see :class:`CoreModel`).
+EXCHANGES = ("gm", "registers")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One in-order engine of a core: a hardware queue that runs its instructions one after
+    the other (Ascend: MTE2, MTE1, Cube, FixPipe, Vector, MTE3; an SM: TMA, tensor core, ...).
+
+    Attributes
+    ----------
+    name
+        the lane name in timelines (``"MTE2"``, ``"TMA"``)
+    rate
+        bytes/s for a data mover, MAC/s for a matrix unit, element operations/s for a
+        vector unit
+    latency
+        fixed start-up time of every task it runs, in seconds (issue, synchronisation
+        flags, pipeline fill), added to the time the work itself takes
+    """
+
+    name: str
+    rate: Param
+    latency: Param
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CoreModel:
+    """What the pipeline model (:mod:`flashlab.pipeline.schedule`) needs of one core.
+
+    Attributes
+    ----------
+    exchange
+        ``"gm"`` when the matrix unit and the vector unit sit in different cores that
+        pass tiles through GM/L2 (Ascend A2: the Cube writes S with FixPipe, the vector core
+        reads it, writes P with MTE3, the cube core reads P back with MTE2); ``"registers"``
+        when both work on register-resident tiles of one SM (FlashAttention-2/3 on GPUs)
+    load
+        the GM -> L1 mover (MTE2, cp.async, TMA); its rate is the GM bandwidth one core gets
+    matmul
+        the matrix unit, rate in MAC/s; it works in granules of ``mma_m x mma_n x mma_k``,
+        so a product of ``m x n x k`` costs ``ceil(m/mma_m) ceil(n/mma_n) ceil(k/mma_k)``
+        granules
+    vector
+        the vector unit(s) of the core, rate in fp32 element operations/s (all vector
+        units of the core together); ``exp_rate`` the exponentials/s they compute
+    store
+        the mover that writes tiles to GM (MTE3, st.global)
+    vector_units
+        vector cores sharing the work of one core (2 AIV per AIC on Ascend A2);
+        each takes ``1 / vector_units`` of the rows, and its UB must hold its share
+    buffers
+        ``(role, memory level name)`` pairs, the level of the profile that plays each
+        role of :data:`BUFFER_ROLES` (roles sharing a level have their needs summed)
+    l1_to_l0
+        the L1 -> L0A/L0B mover (MTE1, ldmatrix), or ``None`` where the matrix unit
+        reads L1 (shared memory) itself (Hopper's wgmma)
+    acc_out
+        the mover that drains the accumulator (FixPipe, L0C -> GM), or ``None`` where the
+        accumulator is read in place (GPU registers)
+    workspace_bandwidth
+        bytes/s of the GM workspace through which the two kinds of core
+        exchange S, P and partial outputs (``exchange == "gm"``); it stays in L2, so it is
+        faster than HBM
+    """
+
+    exchange: str
+    load: Engine
+    matmul: Engine
+    mma_m: Param
+    mma_n: Param
+    mma_k: Param
+    vector: Engine
+    exp_rate: Param
+    store: Engine
+    vector_units: Param
+    buffers: tuple[tuple[str, str], ...]
+    l1_to_l0: Engine | None = None
+    acc_out: Engine | None = None
+    workspace_bandwidth: Param | None = None
+    note: str = ""
+
+    def __post_init__(self):
+        if self.exchange not in EXCHANGES:
+            raise ValueError(f"exchange must be one of {EXCHANGES}; got {self.exchange!r}")
+        roles = [r for r, _ in self.buffers]
+        if sorted(roles) != sorted(BUFFER_ROLES):
+            raise ValueError(f"buffers must map each of {BUFFER_ROLES} exactly once; got {roles}")
+        if self.exchange == "gm" and (self.acc_out is None or self.workspace_bandwidth is None):
+            raise ValueError("exchange='gm' needs acc_out (FixPipe) and workspace_bandwidth")
+
+    def level_of(self, role: str) -> str:
+        """The memory level name that plays buffer ``role`` (one of :data:`BUFFER_ROLES`)."""
+        for r, level in self.buffers:
+            if r == role:
+                return level
+        raise KeyError(f"no buffer role {role!r}; roles: {BUFFER_ROLES}")
+
+    def engines(self) -> tuple[Engine, ...]:
+        """The engines present, in pipeline order: load, l1_to_l0, matmul, acc_out, vector, store."""
+        return tuple(e for e in (self.load, self.l1_to_l0, self.matmul, self.acc_out,
+                                 self.vector, self.store) if e is not None)
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     """A chip (or one core of it) as the roofline and the chapters see it.
@@ -119,6 +235,7 @@ class HardwareProfile:
     memories: levels ordered from the compute outwards (fastest and smallest first).
     compute: units that compute (tensor core, Cube, Vector).
     paths: data movements between levels and units, each with the engine that performs it.
+    core: the engines of one core for the pipeline model (per-core profiles only), or ``None``.
     """
 
     name: str
@@ -129,6 +246,7 @@ class HardwareProfile:
     compute: tuple[ComputeUnit, ...] = ()
     paths: tuple[DataPath, ...] = ()
     notes: str = ""
+    core: CoreModel | None = None
 
     def memory(self, name: str) -> MemoryLevel:
         """The memory level called ``name``; ``KeyError`` listing the names if there is none."""
@@ -200,6 +318,53 @@ def with_hbm_bandwidth(profile: HardwareProfile, bytes_per_s: float,
         raise ValueError(f"bytes_per_s must be a positive number of byte/s; got {bytes_per_s!r}")
     bw = Param(float(bytes_per_s), "B/s", source, "assumption")
     return dataclasses.replace(profile, hbm_bandwidth=bw)
+
+
+_ENGINE_FIELDS = ("load", "l1_to_l0", "matmul", "acc_out", "vector", "store")
+
+
+def with_core(profile: HardwareProfile, source: str = "set by the reader",
+              **values: float) -> HardwareProfile:
+    """A copy of a per-core ``profile`` with some of its core model's numbers replaced, each
+    marked as an assumption with ``source``.
+
+    The keys of ``values`` are an engine (``load``, ``l1_to_l0``, ``matmul``, ``acc_out``,
+    ``vector``, ``store``) to set its rate, ``<engine>_latency`` to set its start latency in
+    seconds, or ``workspace_bandwidth`` / ``exp_rate``. Example, the MTE2 of an Ascend core if
+    the chip had 1.2 TB/s of HBM: ``with_core(ASCEND_910B_AI_CORE, load=1.2e12 / 24)``.
+    """
+    if not isinstance(profile, HardwareProfile) or profile.core is None:
+        raise ValueError("profile must be a HardwareProfile with a core model (a per-core profile, "
+                         f"e.g. ASCEND_910B_AI_CORE); got {getattr(profile, 'name', profile)!r}")
+    core = profile.core
+    changes: dict[str, object] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
+                or not math.isfinite(value):
+            raise ValueError(f"{key} must be a finite number >= 0; got {value!r}")
+        name = key.removesuffix("_latency")
+        if name in _ENGINE_FIELDS:
+            engine = changes.get(name, getattr(core, name))
+            if engine is None:
+                raise ValueError(f"{profile.name} has no {name} engine to change")
+            if key.endswith("_latency"):
+                latency = Param(float(value), "s", source, "assumption")
+                engine = dataclasses.replace(engine, latency=latency)
+            else:
+                if value <= 0:
+                    raise ValueError(f"{key} must be a positive rate; got {value!r}")
+                engine = dataclasses.replace(
+                    engine, rate=Param(float(value), engine.rate.unit, source, "assumption"))
+            changes[name] = engine
+        elif key in ("workspace_bandwidth", "exp_rate"):
+            if value <= 0:
+                raise ValueError(f"{key} must be a positive rate; got {value!r}")
+            unit = getattr(core, key).unit if getattr(core, key) is not None else "B/s"
+            changes[key] = Param(float(value), unit, source, "assumption")
+        else:
+            raise ValueError(f"unknown core parameter {key!r}; expected one of {_ENGINE_FIELDS}, "
+                             "'<engine>_latency', 'workspace_bandwidth', 'exp_rate'")
+    return dataclasses.replace(profile, core=dataclasses.replace(core, **changes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,7 +507,8 @@ _ASCEND_PATHS = (
 )
 
 
-def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: Param) -> HardwareProfile:
+def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: Param,
+            core: CoreModel | None = None) -> HardwareProfile:
     return HardwareProfile(
         name=name,
         scope=scope,
@@ -366,14 +532,167 @@ def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: 
         notes="split architecture: AIC (cube core: MTE1, MTE2, Cube, FixPipe; L1, L0A/B/C) and "
               "2 AIV per AIC (vector core: MTE2, MTE3, Vector; UB); AIC and AIV exchange data "
               "through GM/L2",
+        core=core,
     )
+
+
+# --- the engines of one AI Core, for the pipeline model -------------------------------------
+MEMORY_RATES = ("CANN platform configs [AICoreMemoryRates] (byte/cycle per core) as quoted in "
+                "CANN ops unit tests and third-party tooling tests")
+
+
+def _cycles(n: int, clock: Param, why: str) -> Param:
+    """A start latency of ``n`` cycles of ``clock``, in seconds (always an assumption)."""
+    # t = n / f
+    return Param(n / clock.value, "s", f"assumed {n} cycles at {clock.value / 1e9:g} GHz: {why}",
+                 "assumption")
+
+
+_LAT_DMA = "issue, address set-up and the first GM round trip; no figure found"
+_LAT_ON_CHIP = "issue and the set/wait flags that order it; no figure found"
+# share of the HBM bandwidth of one AI Core: beta_core = beta_chip / 24
+_MTE2_RATE = Param(_HBM_BW.value / _N_AIC.value, "B/s",
+                   "hbm_bandwidth (1.6 TB/s, itself an assumption) / 24 AI Cores: one core's share "
+                   "when all 24 stream at once", "derived")
+# the GM workspace (S, P, partial O) stays in the 192 MiB L2: 110 byte/cycle x 1.8 GHz
+_WORKSPACE_BW = Param(110 * _CUBE_FREQ.value, "B/s",
+                      f"l2_rate=110 byte/cycle ({MEMORY_RATES}, for an Ascend910B1.ini; not "
+                      "checked against a CANN package) x 1.8 GHz", "assumption")
+
+ASCEND_910B_CORE_MODEL = CoreModel(
+    exchange="gm",
+    load=Engine("MTE2", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA), "GM -> L1 on the cube core"),
+    l1_to_l0=Engine(
+        "MTE1",
+        # 256 byte/cycle x 1.8 GHz
+        Param(256 * _CUBE_FREQ.value, "B/s",
+              f"256 byte/cycle x 1.8 GHz: {MEMORY_RATES} give l1_to_l0_a_rate=512 and "
+              "l1_to_l0_b_rate=256 for earlier Ascend chips; no 910B value found; the slower "
+              "one is used for both operands", "assumption"),
+        _cycles(20, _CUBE_FREQ, _LAT_ON_CHIP), "L1 -> L0A/L0B"),
+    matmul=Engine(
+        "CUBE",
+        # 16*16*16 MAC/cycle x 1.8 GHz
+        Param(_CUBE_MACS.value * _CUBE_FREQ.value, "MAC/s",
+              f"16*16*16 MAC/cycle x 1.8 GHz ({INI_910B2} cube_m/n/k_size, cube_freq)", "derived"),
+        _cycles(20, _CUBE_FREQ, "filling the Cube's pipeline; no figure found"),
+        "one 16x16x16 fractal per cycle"),
+    mma_m=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_m_size=16"),
+    mma_n=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_n_size=16"),
+    mma_k=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_k_size=16 (fp16)"),
+    acc_out=Engine("FIXPIPE", _WORKSPACE_BW, _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP),
+                   "L0C -> GM workspace; assumed limited by the workspace (L2) rate"),
+    vector=Engine(
+        "VECTOR",
+        # 2 AIV x 64 fp32 lanes x 1.8 GHz
+        Param(2 * 64 * _CUBE_FREQ.value, "element/s",
+              "2 AIV x 64 fp32 operations/cycle x 1.8 GHz: one 256-byte vector repeat per cycle "
+              "(ini [AICoreSpec] vec_calc_size=128 fp16 lanes); vector clock assumed equal to the "
+              "cube clock", "assumption"),
+        _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP),
+        "both vector cores together; each takes half of the rows"),
+    exp_rate=Param(2 * 64 * _CUBE_FREQ.value, "exp/s",
+                   "assumed to issue at the full vector rate; no figure found", "assumption"),
+    store=Engine("MTE3", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA), "UB -> GM on the vector cores"),
+    vector_units=_count(2, f"2 vector cores (AIV) per AI Core: {ASCENDC_ARCH}"),
+    buffers=(("L1", "L1"), ("L0A", "L0A"), ("L0B", "L0B"), ("L0C", "L0C"), ("UB", "UB")),
+    workspace_bandwidth=_WORKSPACE_BW,
+    note="AIC engines MTE2, MTE1, CUBE, FIXPIPE; AIV engines VECTOR, MTE3 (the vector cores' own "
+         "GM -> UB reads are counted in the VECTOR tasks)",
+)
 
 
 ASCEND_910B = _ascend("Huawei Ascend 910B (A2)", "chip", _N_AIC, _N_AIV, _CHIP_PEAK, _HBM_BW)
 ASCEND_910B_AI_CORE = _ascend("Ascend 910B AI Core", "core",
                               _count(1, "one cube core (AIC) per AI Core"),
                               _count(2, f"2 vector cores (AIV) per AI Core: {ASCENDC_ARCH}"),
-                              _AIC_PEAK, _HBM_BW_CORE)
+                              _AIC_PEAK, _HBM_BW_CORE, ASCEND_910B_CORE_MODEL)
+
+# --------------------------------------------------------------------------------------------
+# One SM of an A100 / H100, for comparison with one AI Core
+# --------------------------------------------------------------------------------------------
+PTX_ISA = "NVIDIA PTX ISA (warp-level / warpgroup-level matrix instructions)"
+CUDA_GUIDE = ("CUDA C++ Programming Guide, throughput of native arithmetic instructions "
+              "(16 results per clock per SM for exp2f on compute capability 8.x/9.0)")
+FA3 = "Shah et al., FlashAttention-3 (2024), Sec. 3"
+_A100_CLOCK = Param(1.41e9, "Hz", f"{A100_WP}: boost clock 1410 MHz")
+_H100_CLOCK = Param(1.83e9, "Hz", "assumed ~1.83 GHz (H100 SXM5 boost clocks quoted between 1.755 "
+                                  "and 1.98 GHz); only used for start latencies", "assumption")
+
+
+def _per_sm(total: Param, sms: Param, unit: str, what: str, per: float = 1.0) -> Param:
+    # x_SM = x_chip / (SMs * per)
+    return Param(total.value / (sms.value * per), unit, f"{what} / {sms.value:g} SMs", "derived")
+
+
+def _sm(name: str, chip: HardwareProfile, sms: Param, smem: Param, clock: Param,
+        core: dict) -> HardwareProfile:
+    hbm_share = _per_sm(chip.hbm_bandwidth, sms, "B/s", f"{chip.name} HBM bandwidth")
+    return HardwareProfile(
+        name=name,
+        scope="core",
+        peak_flops=_per_sm(chip.peak_flops, sms, "FLOP/s", f"{chip.name} dense fp16 peak"),
+        hbm_bandwidth=hbm_share,
+        memories=(
+            MemoryLevel("registers", chip.memory("registers").capacity, _count(1, "one SM")),
+            MemoryLevel("shared memory", smem, _count(1, "one SM")),
+            MemoryLevel("HBM", chip.memory("HBM").capacity, _count(1, "one HBM pool per chip"),
+                        chip.hbm_bandwidth, note="shared by all SMs; not per SM"),
+        ),
+        compute=(ComputeUnit("tensor core", _per_sm(chip.peak_flops, sms, "FLOP/s",
+                                                     f"{chip.name} dense fp16 peak")),),
+        paths=chip.paths,
+        notes=f"one of the {sms.value:g} SMs of the {chip.name}",
+        core=CoreModel(
+            exchange="registers",
+            load=Engine(core["load"], hbm_share, _cycles(200, clock, _LAT_DMA), "HBM -> shared memory"),
+            store=Engine(core["store"], hbm_share, _cycles(200, clock, _LAT_DMA), "registers -> HBM"),
+            vector_units=_count(1, "the SM's FP32 cores work on the tile in registers"),
+            buffers=(("L1", "shared memory"), ("L0A", "registers"), ("L0B", "registers"),
+                     ("L0C", "registers"), ("UB", "registers")),
+            **{k: v for k, v in core.items() if k not in ("load", "store")},
+        ),
+    )
+
+
+A100_SM = _sm(
+    "NVIDIA A100 SXM4 80GB, one SM", A100_80GB, _A100_SMS,
+    Param(164 * KiB, "B", f"{A100_WP}: shared memory configurable up to 164 KB per SM"),
+    _A100_CLOCK,
+    dict(load="cp.async", store="st.global",
+         l1_to_l0=Engine("ldmatrix", _per_sm(Param(19e12, "B/s", FA1), _A100_SMS, "B/s",
+                                             f"{FA1}: shared memory ~19 TB/s"),
+                         _cycles(20, _A100_CLOCK, _LAT_ON_CHIP), "shared memory -> registers"),
+         matmul=Engine("TENSOR", _per_sm(A100_80GB.peak_flops, _A100_SMS, "MAC/s",
+                                         "312 TFLOPS dense fp16 / 2 FLOP per MAC", per=2.0),
+                       _cycles(20, _A100_CLOCK, "filling the tensor core pipeline")),
+         mma_m=Param(16, "elements", f"{PTX_ISA}: mma.sync m16n8k16 (fp16)"),
+         mma_n=Param(8, "elements", f"{PTX_ISA}: mma.sync m16n8k16 (fp16)"),
+         mma_k=Param(16, "elements", f"{PTX_ISA}: mma.sync m16n8k16 (fp16)"),
+         vector=Engine("FP32", _per_sm(Param(19.5e12, "FLOP/s", A100_DS), _A100_SMS, "element/s",
+                                       f"{A100_DS}: FP32 19.5 TFLOPS / 2 FLOP per FMA", per=2.0),
+                       _cycles(20, _A100_CLOCK, _LAT_ON_CHIP), "the SM's 64 FP32 lanes"),
+         exp_rate=Param(16 * _A100_CLOCK.value, "exp/s", f"{CUDA_GUIDE} x 1410 MHz", "derived")),
+)
+
+H100_SM = _sm(
+    "NVIDIA H100 SXM5 80GB, one SM", H100, _H100_SMS,
+    Param(228 * KiB, "B", f"{H100_WP}: shared memory up to 228 KB per SM"),
+    _H100_CLOCK,
+    dict(load="TMA", store="TMA store",
+         matmul=Engine("TENSOR", _per_sm(H100.peak_flops, _H100_SMS, "MAC/s",
+                                         "989.4 TFLOPS dense fp16 / 2 FLOP per MAC", per=2.0),
+                       _cycles(20, _H100_CLOCK, "filling the tensor core pipeline"),
+                       "wgmma reads its operands from shared memory: no separate L1 -> L0 mover"),
+         mma_m=Param(64, "elements", f"{PTX_ISA}: wgmma.mma_async m64nNk16 (fp16)"),
+         mma_n=Param(8, "elements", f"{PTX_ISA}: wgmma.mma_async m64nNk16, N a multiple of 8"),
+         mma_k=Param(16, "elements", f"{PTX_ISA}: wgmma.mma_async m64nNk16 (fp16)"),
+         vector=Engine("FP32", _per_sm(Param(67e12, "FLOP/s", H100_DS), _H100_SMS, "element/s",
+                                       f"{H100_DS}: FP32 67 TFLOPS / 2 FLOP per FMA", per=2.0),
+                       _cycles(20, _H100_CLOCK, _LAT_ON_CHIP), "the SM's 128 FP32 lanes"),
+         exp_rate=_per_sm(Param(3.9e12, "exp/s", FA3), _H100_SMS, "exp/s",
+                          f"{FA3}: 3.9 TFLOPS of special functions on H100 SXM5")),
+)
 
 #: every profile defined here, by a short key
 PROFILES: dict[str, HardwareProfile] = {
@@ -382,4 +701,6 @@ PROFILES: dict[str, HardwareProfile] = {
     "h100": H100,
     "ascend-910b": ASCEND_910B,
     "ascend-910b-core": ASCEND_910B_AI_CORE,
+    "a100-sm": A100_SM,
+    "h100-sm": H100_SM,
 }

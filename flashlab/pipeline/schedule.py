@@ -1,0 +1,592 @@
+r"""The FlashAttention forward tile loop of one core as a graph of engine tasks.
+
+One core takes the q-blocks of ``seq_q`` one after the other; for each it walks the
+``ceil(seq_kv / block_k)`` kv-blocks. One *step* $t$ is one (q-block $i$, kv-block $j$) pair. On
+an Ascend AI Core (cube core AIC + 2 vector cores AIV, which hand tiles to each other through a
+GM workspace that stays in L2) a step is
+
+=========  =============  ========================================================================
+engine     task           moves / computes
+=========  =============  ========================================================================
+MTE2       ``K``          $K_j$ ($b_k \times d_{qk}$) GM -> L1
+MTE1       ``QK.c``       chunk $c$ of $Q_i$ and $K_j$ along $d_{qk}$, L1 -> L0A / L0B
+CUBE       ``QK.c``       $S \mathrel{+}= Q_i K_j^T$, chunk by chunk into L0C
+FIXPIPE    ``S``          $S$ (fp32) L0C -> GM workspace
+VECTOR     ``softmax``    $m_{new} = \max(m, \mathrm{rowmax}(S))$, $P = e^{S - m_{new}}$, $\ell$
+MTE3       ``P``          $P$ (fp16) UB -> GM workspace
+MTE2       ``V``, ``P``   $V_j$ ($b_k \times d_v$) GM -> L1, $P$ GM workspace -> L1
+MTE1       ``PV.c``       chunk $c$ of $P$ and $V_j$ along $b_k$, L1 -> L0A / L0B
+CUBE       ``PV.c``       $O_{part} \mathrel{+}= P V_j$, chunk by chunk into L0C
+FIXPIPE    ``O``          $O_{part}$ L0C -> GM workspace
+VECTOR     ``rescale``    $O \leftarrow e^{m - m_{new}} O + O_{part}$
+=========  =============  ========================================================================
+
+and after the last kv-block of a q-block VECTOR ``final`` ($O / \ell$) and MTE3 ``out``. The two
+vector cores split the rows and are drawn as one VECTOR engine; their own GM -> UB reads of
+$S$ and $O_{part}$ are counted in the VECTOR tasks.
+
+**Strategies** (the article's "自主管理L1缓存,优化计算流水排布" section). The L1 buffers hold
+the B operand of each matmul ($K_j$ for $QK^T$, $V_j$ for $PV$) and the A operand $P$; $Q$
+stays in L1 for its q-block.
+
+- ``iterate_all``: the Matmul API's ``IterateAll()`` does its own GM -> L1 copy inside each
+  matmul, so the copy for the next matmul starts only after the Cube finished the current one
+  (and the copies for $PV$ only once $P$ is ready).
+- ``self_mte2``: the kernel issues MTE2 itself (the API keeps MTE1), one buffer per operand.
+  The buffer is free again as soon as MTE1 has copied the tile to L0 (the Cube works from L0),
+  so the next copy overlaps the end of the matmul -- the gaps shrink but remain.
+- ``ping_pong``: two buffers per operand (the ping and pong halves): the next tile streams in
+  while MTE1 and the Cube still read the current one.
+- ``n_buffers``: ``n_buffers = k`` buffers per operand (``self_mte2`` is k = 1, ``ping_pong``
+  k = 2).
+
+**RECT variants** change shapes and bytes: ``pad_v=True`` pads $V$ from $d_v$ to $d_{qk}$
+(more bytes on MTE2 and FixPipe, more Cube work in $PV$, more vector work in the rescale);
+``split_rope=r`` computes $S = Q_{nope} K_{nope}^T + Q_{rope} K_{rope}^T$ as two matmuls over
+$d_{qk} - r$ and $r$ accumulated in L0C instead of one over the concatenated $d_{qk}$.
+
+**Program order.** The Cube runs ``lookahead`` $QK^T$ products ahead of the $PV$ products
+(``lookahead=1`` gives $QK_0, QK_1, PV_0, QK_2, PV_1, \ldots$, the shipped kernel's order, so
+that the vector softmax of step $t$ overlaps the Cube's $QK_{t+1}$); MTE1, FixPipe and the
+vector follow the Cube's order. With own MTE2 each copy is issued when its buffer can be
+free (see :func:`build_fa_graph`).
+
+**Durations** (from the profile's :class:`~flashlab.pipeline.hardware.CoreModel`): a copy takes
+latency + bytes / bandwidth; a matmul chunk latency + $\lceil m/16 \rceil \lceil n/16 \rceil
+\lceil k/16 \rceil$ / (1.8 GHz) on the 910B (granules of the matrix unit / its granule rate);
+a vector task latency + element operations / throughput + exponentials / exp rate + the bytes
+it reads from the workspace / the workspace bandwidth.
+
+On a GPU SM profile (``exchange="registers"``) S, P and O stay in registers: no FixPipe, no
+workspace round trip; the softmax task also rescales O in place and waits for the previous
+$PV$ (the accumulator it rescales).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from flashlab.pipeline.hardware import HardwareProfile
+from flashlab.pipeline.simulate import TaskGraph
+
+#: The strategies of :func:`build_fa_graph`.
+STRATEGIES = ("iterate_all", "self_mte2", "ping_pong", "n_buffers")
+
+#: Where the load engine reads K and V from (HBM share or L2 rate).
+KV_SOURCES = ("hbm", "l2")
+
+
+@dataclass(frozen=True)
+class BufferNeed:
+    """``nbytes`` of buffer ``role`` (on memory level ``level``) needed for ``what``."""
+
+    role: str
+    level: str
+    what: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class FAShape:
+    """The shapes of the tile loop. All sizes in elements; ``pad_v`` and ``split_rope`` as in
+    :func:`build_fa_graph`."""
+
+    seq_q: int
+    seq_kv: int
+    d_qk: int
+    d_v: int
+    block_q: int
+    block_k: int
+    pad_v: bool = False
+    split_rope: int = 0
+    dtype_bytes: int = 2
+    acc_bytes: int = 4
+
+    @property
+    def d_v_eff(self) -> int:
+        """The V head dim the kernel works with ($d_{qk}$ if V is padded, else $d_v$)."""
+        return self.d_qk if self.pad_v else self.d_v
+
+    @property
+    def qk_parts(self) -> tuple[int, ...]:
+        """The reduction dims of the QK^T matmuls, ``(d_qk,)`` concatenated or
+        ``(d_qk - r, r)`` split (nope, rope)."""
+        r = self.split_rope
+        return (self.d_qk,) if r == 0 else (self.d_qk - r, r)
+
+    @property
+    def q_rows(self) -> list[int]:
+        """The rows of each q-block (the last one may be shorter)."""
+        return _cuts(self.seq_q, self.block_q)
+
+    @property
+    def kv_cols(self) -> list[int]:
+        """The keys of each kv-block (the last one may be shorter)."""
+        return _cuts(self.seq_kv, self.block_k)
+
+
+def _cuts(size: int, block: int) -> list[int]:
+    return [min(block, size - s) for s in range(0, size, block)]
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+def resolve_buffers(strategy: str, n_buffers: int | None) -> int:
+    """The number of L1 buffers per operand a strategy uses (``iterate_all``: the API's one)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    fixed = {"iterate_all": 1, "self_mte2": 1, "ping_pong": 2}
+    if strategy in fixed:
+        if n_buffers is not None and n_buffers != fixed[strategy]:
+            raise ValueError(f"strategy {strategy!r} uses {fixed[strategy]} buffer(s); got "
+                             f"n_buffers={n_buffers!r} (use strategy='n_buffers' to choose)")
+        return fixed[strategy]
+    if isinstance(n_buffers, bool) or not isinstance(n_buffers, int) or n_buffers < 1:
+        raise ValueError(f"strategy 'n_buffers' needs n_buffers = an int >= 1 (a zero-buffer "
+                         f"pipeline cannot hold a tile); got {n_buffers!r}")
+    return n_buffers
+
+
+def _core(profile: HardwareProfile):
+    if not isinstance(profile, HardwareProfile):
+        raise TypeError(f"profile must be a HardwareProfile; got {type(profile).__name__}")
+    if profile.core is None:
+        raise ValueError(f"profile {profile.name!r} has no core model; use a per-core profile "
+                         "such as ASCEND_910B_AI_CORE, A100_SM or H100_SM")
+    return profile.core
+
+
+def l0c_slots(profile: HardwareProfile, shape: FAShape) -> int:
+    """L0C accumulators that fit at once (at most 2): $\\lfloor L0C / \\max(S, O_{part}) \\rfloor$
+    with $S$ = ``block_q x block_k`` and $O_{part}$ = ``block_q x d_v`` in fp32 (>= 1; if even
+    one does not fit, :func:`check_fit` says so)."""
+    core = _core(profile)
+    cap = profile.memory(core.level_of("L0C")).capacity.value
+    tile = shape.block_q * max(shape.block_k, shape.d_v_eff) * shape.acc_bytes
+    return int(max(1, min(2, cap // tile)))
+
+
+def buffer_needs(profile: HardwareProfile, shape: FAShape, n_buffers: int, *, base_k: int = 64,
+                 l0_buffers: int = 2, l0c_buffers: int | None = None,
+                 lookahead: int = 1) -> list[BufferNeed]:
+    """What each buffer must hold for this tile loop (bytes per memory level role).
+
+    Ascend (``exchange="gm"``): L1 holds $Q$ plus ``n_buffers`` K tiles and ``n_buffers`` V(+P)
+    tiles; L0A/L0B ``l0_buffers`` chunks of ``base_k`` columns of the A and B operands; L0C the
+    accumulators; each vector core's UB its share of the rows of $S$ (P is written over it),
+    of $O$ and of $O_{part}$ (fp32), and $m$, $\\ell$.
+    GPU (``"registers"``): shared memory holds Q, K and V tiles; registers hold $S$ (one per
+    step in flight), $O$ and the operand fragments.
+    """
+    core = _core(profile)
+    db, ab = shape.dtype_bytes, shape.acc_bytes
+    bq, bk, dqk, dv = shape.block_q, shape.block_k, shape.d_qk, shape.d_v_eff
+    gm = core.exchange == "gm"
+    lvl = core.level_of
+    needs = [
+        BufferNeed("L1", lvl("L1"), f"Q tile {bq}x{dqk}", bq * dqk * db),
+        BufferNeed("L1", lvl("L1"), f"{n_buffers} x B tile (K {bk}x{dqk} or V {bk}x{dv})",
+                   n_buffers * bk * max(dqk, dv) * db),
+    ]
+    if gm:
+        needs.append(BufferNeed("L1", lvl("L1"), f"{n_buffers} x A tile (P {bq}x{bk})",
+                                n_buffers * bq * bk * db))
+    if core.l1_to_l0 is not None:
+        needs.append(BufferNeed("L0A", lvl("L0A"), f"{l0_buffers} x A chunk {bq}x{base_k}",
+                                l0_buffers * bq * base_k * db))
+        needs.append(BufferNeed("L0B", lvl("L0B"), f"{l0_buffers} x B chunk {max(bk, dv)}x{base_k}",
+                                l0_buffers * max(bk, dv) * base_k * db))
+    if gm:
+        slots = l0c_buffers if l0c_buffers is not None else l0c_slots(profile, shape)
+        needs.append(BufferNeed("L0C", lvl("L0C"), f"{slots} x accumulator {bq}x{max(bk, dv)} fp32",
+                                slots * bq * max(bk, dv) * ab))
+        rows = math.ceil(bq / int(core.vector_units.value))
+        needs.append(BufferNeed("UB", lvl("UB"),
+                                f"per vector core: S/P {rows}x{bk}, O and O_part {rows}x{dv} "
+                                f"(fp32), m and l", (rows * bk + 2 * rows * dv + 2 * rows) * ab))
+    else:
+        needs.append(BufferNeed("L0C", lvl("L0C"), f"{1 + lookahead} x S {bq}x{bk} + O {bq}x{dv} fp32",
+                                ((1 + lookahead) * bq * bk + bq * dv) * ab))
+        needs.append(BufferNeed("UB", lvl("UB"), f"m and l ({bq} rows, fp32)", 2 * bq * ab))
+    return needs
+
+
+def check_fit(profile: HardwareProfile, needs: list[BufferNeed]) -> None:
+    """Raise ValueError naming the buffer and the sizes if the needs of the roles that share a
+    memory level exceed its capacity (per instance: one L1, one UB of one vector core)."""
+    by_level: dict[str, list[BufferNeed]] = {}
+    for need in needs:
+        by_level.setdefault(need.level, []).append(need)
+    for level, items in by_level.items():
+        cap = profile.memory(level).capacity.value
+        total = sum(n.nbytes for n in items)
+        if total > cap:
+            parts = " + ".join(f"{n.what} = {n.nbytes} B" for n in items)
+            raise ValueError(f"the tiles do not fit in {level} of {profile.name}: {parts} = "
+                             f"{total} B > {int(cap)} B ({cap / 1024:g} KiB); use smaller "
+                             "blocks or fewer buffers")
+
+
+class _Program:
+    """Tasks collected per engine in program order under symbolic keys; deps by key."""
+
+    def __init__(self, engines: tuple[str, ...]):
+        self.engines = engines
+        self.queues: dict[str, list[Hashable]] = {e: [] for e in engines}
+        self.spec: dict[Hashable, dict] = {}
+
+    def add(self, key: Hashable, engine: str, name: str, duration: float, deps=(), *,
+            acquire: str | None = None, releases=(), kind: str = "", step: int = -1) -> Hashable:
+        if key in self.spec:
+            raise RuntimeError(f"duplicate task key {key!r}")  # a bug in this module
+        self.queues[engine].append(key)
+        self.spec[key] = dict(engine=engine, name=name, duration=duration, deps=tuple(deps),
+                              acquire=acquire, releases=tuple(releases), kind=kind, step=step)
+        return key
+
+    def depend(self, key: Hashable, *deps: Hashable) -> None:
+        """Add dependencies to a task already added."""
+        self.spec[key]["deps"] += deps
+
+    def graph(self, pools: dict[str, int], info: dict) -> TaskGraph:
+        g = TaskGraph(pools=pools, engines=tuple(e for e in self.engines if self.queues[e]),
+                      info=info)
+        index = {}
+        for e in self.engines:
+            for key in self.queues[e]:
+                index[key] = len(index)
+        for e in self.engines:
+            for key in self.queues[e]:
+                s = self.spec[key]
+                g.add(s["name"], s["engine"], s["duration"], [index[d] for d in s["deps"]],
+                      acquire=s["acquire"], releases=[index[r] for r in s["releases"]],
+                      kind=s["kind"], step=s["step"])
+        return g
+
+
+def cube_order(n_steps: int, lookahead: int) -> list[tuple[str, int]]:
+    """The Cube's program order: ``("QK", t)`` and ``("PV", t)`` with the QK products
+    ``lookahead`` steps ahead. ``lookahead=1``: QK0, QK1, PV0, QK2, PV1, ..., PV(n-1)."""
+    order = []
+    for t in range(n_steps):
+        order.append(("QK", t))
+        if t - lookahead >= 0:
+            order.append(("PV", t - lookahead))
+    order += [("PV", t) for t in range(max(0, n_steps - lookahead), n_steps)]
+    return order
+
+
+def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: int, d_qk: int,
+                   d_v: int, block_q: int, block_k: int, *, n_buffers: int | None = None,
+                   pad_v: bool = False, split_rope: int = 0, lookahead: int = 1,
+                   base_k: int = 64, l0_buffers: int = 2, l0c_buffers: int | None = None,
+                   kv_source: str = "hbm", dtype_bytes: int = 2, softmax_ops: int = 5,
+                   rescale_ops: int = 2) -> TaskGraph:
+    """The task graph of the FlashAttention forward on one core of ``profile``.
+
+    Parameters
+    ----------
+    profile : a per-core :class:`~flashlab.pipeline.hardware.HardwareProfile` (with ``core``)
+    strategy : one of :data:`STRATEGIES` (see the module docstring)
+    seq_q, seq_kv : rows of Q this core handles, and keys
+    d_qk, d_v : head dims of Q/K and of V
+    block_q, block_k : tile sizes (any ints >= 1; short last tiles are handled)
+    n_buffers : L1 buffers per operand for ``strategy="n_buffers"``
+    pad_v : V padded from ``d_v`` to ``d_qk`` (the baseline before RECT-FA; needs
+        ``d_v <= d_qk``)
+    split_rope : 0 for one QK^T over the concatenated ``d_qk``; ``r`` for two matmuls over
+        ``d_qk - r`` (nope) and ``r`` (rope) accumulated in L0C
+    lookahead : 0 or 1, how many QK^T products the Cube runs ahead of PV
+    base_k : columns of the reduction axis per L0A/L0B chunk (the Matmul API's baseK;
+        assumption 64)
+    l0_buffers : L0A/L0B chunk buffers (the API's L0 double buffering; assumption 2)
+    l0c_buffers : accumulators in L0C (default as many as fit, at most 2)
+    kv_source : ``"hbm"`` reads K and V at the load engine's rate (the HBM share of one core),
+        ``"l2"`` at the workspace (L2) rate, as when other cores already pulled them into L2
+    dtype_bytes : bytes per element of Q, K, V, P (2 for fp16/bf16); accumulators are fp32
+    softmax_ops : vector operations per element of S (max, subtract, sum, cast, update;
+        assumption 5), plus one exponential
+    rescale_ops : vector operations per element of O in the rescale (multiply-add, 2)
+
+    Returns
+    -------
+    TaskGraph
+        tasks in each engine's program order, the buffer pools, and ``info`` (shapes, useful
+        and executed FLOPs, K/V bytes, the buffer plan)
+
+    Raises
+    ------
+    ValueError
+        for a bad argument, or tiles that do not fit the profile's buffers (the message names
+        the buffer and the sizes)
+
+    Notes
+    -----
+    Own MTE2 (every strategy but ``iterate_all``) issues each copy when the Cube reaches the
+    matmul ``n_buffers - 1`` positions before the one that reads it (the buffer it reuses is
+    freed by the matmul ``n_buffers`` positions before), and the copy of $P$ when the Cube
+    reaches its $PV$. MTE2 runs in order, so everything a copy's buffer waits for is ahead of
+    it in the queue and the schedule cannot deadlock.
+    """
+    core = _core(profile)
+    nb = resolve_buffers(strategy, n_buffers)
+    for name, value in (("seq_q", seq_q), ("seq_kv", seq_kv), ("d_qk", d_qk), ("d_v", d_v),
+                        ("block_q", block_q), ("block_k", block_k), ("base_k", base_k),
+                        ("l0_buffers", l0_buffers), ("dtype_bytes", dtype_bytes)):
+        _positive_int(name, value)
+    if l0c_buffers is not None:
+        _positive_int("l0c_buffers", l0c_buffers)
+    if lookahead not in (0, 1):
+        raise ValueError(f"lookahead must be 0 or 1; got {lookahead!r}")
+    if pad_v and d_v > d_qk:
+        raise ValueError(f"pad_v pads V up to d_qk, so it needs d_v <= d_qk; got d_v={d_v}, d_qk={d_qk}")
+    if isinstance(split_rope, bool) or not isinstance(split_rope, int) or not 0 <= split_rope < d_qk:
+        raise ValueError(f"split_rope must be an int in [0, d_qk={d_qk}); got {split_rope!r}")
+    if kv_source not in KV_SOURCES:
+        raise ValueError(f"kv_source must be one of {KV_SOURCES}; got {kv_source!r}")
+    for name, value in (("softmax_ops", softmax_ops), ("rescale_ops", rescale_ops)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0; got {value!r}")
+
+    shape = FAShape(seq_q, seq_kv, d_qk, d_v, block_q, block_k, pad_v, split_rope, dtype_bytes)
+    needs = buffer_needs(profile, shape, nb, base_k=base_k, l0_buffers=l0_buffers,
+                         l0c_buffers=l0c_buffers, lookahead=lookahead)
+    check_fit(profile, needs)
+    gm = core.exchange == "gm"
+    l0c = (l0c_buffers or l0c_slots(profile, shape)) if gm else 0
+
+    # ---- rates -----------------------------------------------------------------------
+    db, ab, dv = dtype_bytes, shape.acc_bytes, shape.d_v_eff
+    hbm = core.load.rate.value
+    ws = core.workspace_bandwidth.value if gm else hbm
+    kv_bw = hbm if kv_source == "hbm" else (ws if gm else hbm)
+    mm = (int(core.mma_m.value), int(core.mma_n.value), int(core.mma_k.value))
+    E_LOAD, E_MTE1 = core.load.name, (core.l1_to_l0.name if core.l1_to_l0 else None)
+    E_MM, E_FIX = core.matmul.name, (core.acc_out.name if core.acc_out else None)
+    E_VEC, E_STORE = core.vector.name, core.store.name
+
+    def move(engine, nbytes: float, bw: float) -> float:
+        # t = latency + bytes / bandwidth
+        return engine.latency.value + nbytes / bw
+
+    def matmul(m: int, n: int, k: int) -> float:
+        # granules = ceil(m/16) ceil(n/16) ceil(k/16); t = latency + granules * 16^3 / MAC rate
+        g = math.ceil(m / mm[0]) * math.ceil(n / mm[1]) * math.ceil(k / mm[2])
+        return core.matmul.latency.value + g * mm[0] * mm[1] * mm[2] / core.matmul.rate.value
+
+    def vector(ops: float, exps: float = 0.0, read: float = 0.0) -> float:
+        # t = latency + ops / throughput + exps / exp rate + bytes read / workspace bandwidth
+        return (core.vector.latency.value + ops / core.vector.rate.value
+                + exps / core.exp_rate.value + (read / ws if gm else 0.0))
+
+    def chunks(k: int) -> list[int]:
+        return _cuts(k, base_k)
+
+    # ---- steps and program orders --------------------------------------------------------
+    rows, cols = shape.q_rows, shape.kv_cols
+    steps = [(i, j) for i in range(len(rows)) for j in range(len(cols))]
+    T = len(steps)
+    last_of_block = {i * len(cols) + len(cols) - 1 for i in range(len(rows))}
+    corder = cube_order(T, lookahead)
+    pos = {mat: p for p, mat in enumerate(corder)}
+    engines = tuple(e for e in (E_LOAD, E_MTE1, E_MM, E_FIX, E_VEC, E_STORE) if e)
+    prog = _Program(engines)
+    parts = shape.qk_parts
+    part_names = ("", "r") if len(parts) == 2 else ("",)
+
+    # ---- load engine (MTE2): Q, K, V (and P on Ascend) in the strategy's order ---------------
+    def load_q(t: int, only: int | None = None) -> None:
+        i = steps[t][0]
+        for p, (d, nm) in enumerate(zip(parts, part_names)):
+            if only is None or p == only:
+                prog.add(("Q", i, p), E_LOAD, f"Q{nm}{i}", move(core.load, rows[i] * d * db, hbm),
+                         acquire="L1.Q" if p == 0 else None,
+                         kind="load_q" if p == 0 else "load_rope", step=t)
+
+    def load_k(t: int, only: int | None = None) -> None:
+        j = steps[t][1]
+        for p, (d, nm) in enumerate(zip(parts, part_names)):
+            if only is None or p == only:
+                prog.add(("K", t, p), E_LOAD, f"K{nm}{t}", move(core.load, cols[j] * d * db, kv_bw),
+                         acquire="L1.B" if p == 0 else None,
+                         kind="load_k" if p == 0 else "load_rope", step=t)
+
+    def load_v(t: int) -> None:
+        i, j = steps[t]
+        prog.add(("V", t), E_LOAD, f"V{t}", move(core.load, cols[j] * dv * db, kv_bw),
+                 acquire="L1.B", kind="load_v", step=t)
+
+    def load_p(t: int) -> None:
+        i, j = steps[t]
+        prog.add(("Pin", t), E_LOAD, f"P{t}", move(core.load, rows[i] * cols[j] * db, ws),
+                 [("Pout", t)], acquire="L1.A", kind="load_p", step=t)
+
+    def last_mm(kind: str, t: int) -> tuple:
+        """Key of the last Cube task of matmul (kind, t)."""
+        n_work = _n_work(parts, base_k) if kind == "QK" else len(chunks(cols[steps[t][1]]))
+        return ("MM", kind, t, n_work - 1)
+
+    if strategy == "iterate_all":
+        # IterateAll: each matmul copies its own operands, after the previous matmul's Cube work
+        prev = None
+        for kind, t in corder:
+            if kind == "QK":
+                # split RoPE: two IterateAll calls (nope, then rope), each with its own copies
+                for p in range(len(parts)):
+                    first = []
+                    if steps[t][1] == 0:
+                        load_q(t, p)
+                        first.append(("Q", steps[t][0], p))
+                    load_k(t, p)
+                    first.append(("K", t, p))
+                    if prev is not None:
+                        for key in first:
+                            prog.depend(key, prev)
+                    prev = ("MM", "QK", t, len(chunks(parts[0])) - 1)
+            else:
+                load_v(t)
+                if gm:
+                    load_p(t)
+                prog.depend(("V", t), ("SM", t))  # the API is called once P is ready
+                if prev is not None:
+                    prog.depend(("V", t), prev)
+            prev = last_mm(kind, t)
+    else:
+        # own MTE2 with n buffers for the B operands (K_t, V_t) and n for the A operand P_t:
+        # the B tile of the matmul at Cube position c is copied once the Cube reaches position
+        # c - (n - 1) (the buffer it reuses is freed by the matmul at c - n); P_t when the Cube
+        # reaches PV_t (it waits for the softmax anyway). MTE2 runs in order, so the queue is
+        # sorted by (Cube position it is issued at, Cube position that reads it, B before P):
+        # everything a copy's buffer waits for is ahead of it in the queue: no deadlock.
+        queue = []
+        for t, (i, j) in enumerate(steps):
+            if j == 0:
+                # Q's one buffer is freed by the last QK of the previous q-block
+                at = pos[("QK", t - 1)] + 0.5 if i > 0 else -1.0
+                queue.append(((at, pos[("QK", t)], 0), load_q, t))
+            for kind, load in (("QK", load_k), ("PV", load_v)):
+                c = pos[(kind, t)]
+                queue.append(((max(0, c - nb + 1) - 0.5, c, 0), load, t))
+            if gm:
+                queue.append(((pos[("PV", t)] - 0.5, pos[("PV", t)], 1), load_p, t))
+        for _, load, t in sorted(queue, key=lambda item: item[0]):
+            load(t)
+
+    # ---- MTE1, Cube, FixPipe in the Cube's order ---------------------------------------------
+    for kind, t in corder:
+        i, j = steps[t]
+        m, n = rows[i], cols[j]
+        if kind == "QK":
+            # S = sum over parts and chunks of Q[:, chunk] K[:, chunk]^T, accumulated in L0C
+            work = [(p, c, kc) for p, d in enumerate(parts) for c, kc in enumerate(chunks(d))]
+            a_rows, b_rows, out_n = m, n, n
+        else:
+            # O_part = sum over chunks of P[:, chunk] V[chunk, :]
+            work = [(0, c, kc) for c, kc in enumerate(chunks(n))]
+            a_rows, b_rows, out_n = m, dv, dv
+        first_key = last_key = last_read = None
+        for w, (p, c, kc) in enumerate(work):
+            label = f"{kind}{part_names[p] if kind == 'QK' else ''}{t}.{c}"
+            task_kind = "rope" if (kind == "QK" and p == 1) else kind.lower()
+            data = ([("Q", i, p), ("K", t, p)] if kind == "QK"
+                    else [("V", t)] + ([("Pin", t)] if gm else [("SM", t)]))
+            if kind == "PV" and not gm and j == 0 and i > 0:
+                data.append(("FIN", i - 1))  # the O registers are read out before reuse
+            mm_deps = list(data)
+            if E_MTE1:
+                # the A chunk (Q or P) and the B chunk (K or V): L1 -> L0A / L0B
+                a_bytes = 0 if (kind == "PV" and not gm) else a_rows * kc * db
+                nbytes = a_bytes + b_rows * kc * db
+                mte1 = prog.add(("M1", kind, t, w), E_MTE1, label,
+                                move(core.l1_to_l0, nbytes, core.l1_to_l0.rate.value),
+                                data, acquire="L0", kind=task_kind, step=t)
+                mm_deps = [mte1]
+                last_read = mte1
+            key = prog.add(("MM", kind, t, w), E_MM, label, matmul(m, out_n, kc), mm_deps,
+                           acquire="L0C" if (gm and w == 0) else None,
+                           releases=[("M1", kind, t, w)] if E_MTE1 else [],
+                           kind=task_kind, step=t)
+            if first_key is None:
+                first_key = key
+            last_key = key
+        # the L1 buffers of this matmul's tiles are free again after their last read: with
+        # IterateAll when the API returns (the Cube finished), with own L1 management as soon
+        # as MTE1 has copied the last chunk to L0 (the Cube works from L0)
+        rel = [("K", t, 0)] if kind == "QK" else [("V", t)] + ([("Pin", t)] if gm else [])
+        if kind == "QK" and j == len(cols) - 1:
+            rel.append(("Q", i, 0))
+        frees = last_key if (strategy == "iterate_all" or last_read is None) else last_read
+        prog.spec[frees]["releases"] += tuple(rel)
+        if gm:
+            out_bytes = m * out_n * ab
+            prog.add(("FX", kind, t), E_FIX, f"{'S' if kind == 'QK' else 'O'}{t}",
+                     move(core.acc_out, out_bytes, ws), [last_key], releases=[first_key],
+                     kind=kind.lower(), step=t)
+
+    # ---- vector and store -------------------------------------------------------------------
+    for kind, t in corder:
+        i, j = steps[t]
+        m, n = rows[i], cols[j]
+        if kind == "QK":
+            if gm:
+                # m_new = max(m, rowmax(S)); P = exp(S - m_new); l = e^{m - m_new} l + rowsum(P)
+                prog.add(("SM", t), E_VEC, f"softmax{t}",
+                         vector(m * n * softmax_ops, m * n + m, read=m * n * ab), [("FX", "QK", t)],
+                         kind="softmax", step=t)
+                prog.add(("Pout", t), E_STORE, f"P{t}", move(core.store, m * n * db, ws), [("SM", t)],
+                         kind="load_p", step=t)
+            else:
+                # same, and O <- e^{m - m_new} O in place: it must wait for the previous PV
+                deps = [last_mm("QK", t)] + ([last_mm("PV", t - 1)] if j > 0 else [])
+                prog.add(("SM", t), E_VEC, f"softmax{t}",
+                         vector(m * n * softmax_ops + m * dv, m * n + m), deps,
+                         kind="softmax", step=t)
+        else:
+            if gm:
+                # O <- e^{m - m_new} O + O_part
+                prog.add(("RS", t), E_VEC, f"rescale{t}",
+                         vector(m * dv * rescale_ops, read=m * dv * ab), [("FX", "PV", t)],
+                         kind="rescale", step=t)
+            if t in last_of_block:
+                # O = O / l, then O -> GM
+                fin_deps = [("RS", t)] if gm else [last_mm("PV", t)]
+                prog.add(("FIN", i), E_VEC, f"final{i}", vector(m * dv), fin_deps,
+                         kind="final", step=t)
+                prog.add(("OUT", i), E_STORE, f"O{i}",
+                         move(core.store, m * dv * db, core.store.rate.value), [("FIN", i)],
+                         kind="store_o", step=t)
+
+    pools = {"L1.Q": 1, "L1.B": nb}
+    if gm:
+        pools["L1.A"] = nb
+    if E_MTE1:
+        pools["L0"] = l0_buffers
+    if gm:
+        pools["L0C"] = l0c
+    info = _info(profile, strategy, nb, shape, lookahead, kv_source, needs, pools, steps, T)
+    return prog.graph(pools, info)
+
+
+def _n_work(parts: tuple[int, ...], base_k: int) -> int:
+    return sum(len(_cuts(d, base_k)) for d in parts)
+
+
+def _info(profile, strategy, nb, shape: FAShape, lookahead, kv_source, needs, pools, steps, T) -> dict:
+    """Shapes, useful FLOPs and bytes of the loop, for tables and titles."""
+    rows, cols = shape.q_rows, shape.kv_cols
+    flops = sum(2 * rows[i] * cols[j] * (shape.d_qk + shape.d_v) for i, j in steps)
+    flops_done = sum(2 * rows[i] * cols[j] * (shape.d_qk + shape.d_v_eff) for i, j in steps)
+    kv_bytes = sum(cols[j] * (shape.d_qk + shape.d_v_eff) * shape.dtype_bytes for _, j in steps)
+    return {
+        "profile": profile.name, "strategy": strategy, "n_buffers": nb, "lookahead": lookahead,
+        "seq_q": shape.seq_q, "seq_kv": shape.seq_kv, "d_qk": shape.d_qk, "d_v": shape.d_v,
+        "d_v_eff": shape.d_v_eff, "block_q": shape.block_q, "block_k": shape.block_k,
+        "pad_v": shape.pad_v, "split_rope": shape.split_rope, "kv_source": kv_source,
+        "steps": T, "useful_flops": flops, "executed_flops": flops_done, "kv_bytes": kv_bytes,
+        "pools": dict(pools), "buffer_needs": list(needs),
+    }
