@@ -232,7 +232,12 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
     for t in prange(B * H * n_qb):
         b = t // (H * n_qb)
         h = (t // n_qb) % H
-        qb = t % n_qb
+        # q-blocks in zig-zag order 0, n-1, 1, n-2, ...: prange hands each thread a contiguous
+        # run of work items, and with a causal mask late q-blocks have more tiles than early
+        # ones; pairing them evens the threads out (measured, B=1, H=1, N=4096, 2 threads:
+        # causal/non-causal time 0.90 in plain order, 0.45 in zig-zag order)
+        i = t % n_qb
+        qb = i // 2 if i % 2 == 0 else n_qb - 1 - i // 2
         hk = h // group
         mb = b if mask.shape[0] > 1 else 0
         mh = h if mask.shape[1] > 1 else 0
@@ -267,4 +272,4 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
             done += 1
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
         row_max[b, h, i0:i1] = m
-        tiles_done[t] = done
+        tiles_done[(b * H + h) * n_qb + qb] = done
