@@ -8,6 +8,7 @@
 - :mod:`flashlab.viz.backward` — the forward and backward steps of one tile, as data and a diagram.
 - :mod:`flashlab.viz.masks` — the mask gallery and varlen (TND) launch maps.
 - :mod:`flashlab.viz.mla` — one MLA head's Q/K/V/O, padded and native, and ledger tables.
+- :mod:`flashlab.viz.rope` — RoPE feature pairs and the three ways to compute an MLA score tile.
 - :mod:`flashlab.viz.sparse_modes` — the CANN ``sparse_mode`` masks, drawn from the operator's code.
 - :mod:`flashlab.viz.gantt` — Gantt charts of the AI Core pipeline model, with buffer lanes.
 - :mod:`flashlab.viz.code` — :func:`show_source`, the package's code shown in a chapter.
