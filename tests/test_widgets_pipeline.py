@@ -1,0 +1,185 @@
+"""flashlab.widgets_pipeline: the settings map to the simulator's arguments, the bandwidth moves
+MTE2/MTE3, the explorer follows its controls and shows errors instead of raising, and the static
+fallbacks (grid, animation) have the expected panels and frames."""
+from __future__ import annotations
+
+import dataclasses
+import gc
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
+from flashlab.pipeline.simulate import simulate_fa  # noqa: E402
+from flashlab.widgets_pipeline import (  # noqa: E402
+    HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, pipeline_animation, pipeline_grid,
+    run_settings, simulate_settings, summary,
+)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# ---------------------------------------------------------------------- settings and profile
+def test_core_profile_moves_mte2_and_mte3_only():
+    base = ASCEND_910B_AI_CORE
+    p = core_profile(3.2)
+    # beta_core = 3.2 TB/s / 24
+    assert p.core.load.rate.value == pytest.approx(3.2e12 / 24)
+    assert p.core.store.rate.value == pytest.approx(3.2e12 / 24)
+    assert p.hbm_bandwidth.value == pytest.approx(3.2e12 / 24)
+    assert p.core.load.rate.status == "assumption" and "3.2 TB/s" in p.core.load.rate.source
+    for name in ("l1_to_l0", "matmul", "acc_out", "vector"):
+        assert getattr(p.core, name) == getattr(base.core, name)
+    # the default bandwidth reproduces the profile's own MTE2 rate
+    assert core_profile().core.load.rate.value == pytest.approx(base.core.load.rate.value)
+    with pytest.raises(ValueError, match="hbm_tb_s"):
+        core_profile(0)
+
+
+def test_settings_map_to_the_simulator():
+    s = PipelineSettings(strategy="n_buffers", n_buffers=3, block_q=64, block_k=128,
+                         head_dims="192/192 padded V", rope="split", kv_blocks=5)
+    r = simulate_settings(s)
+    info = r.graph.info
+    assert (info["strategy"], info["n_buffers"], info["block_q"], info["block_k"]) == \
+        ("n_buffers", 3, 64, 128)
+    assert (info["d_qk"], info["d_v_eff"], info["pad_v"], info["split_rope"]) == \
+        (192, 192, True, ROPE_DIM)
+    assert info["steps"] == 5 and info["seq_q"] == 64 and info["seq_kv"] == 5 * 128
+    assert r.graph.pools["L1.B"] == 3
+    # the same numbers as calling the simulator directly
+    direct = simulate_fa(ASCEND_910B_AI_CORE, "n_buffers", 64, 640, 192, 128, 64, 128,
+                         n_buffers=3, pad_v=True, split_rope=ROPE_DIM)
+    assert r.makespan == pytest.approx(direct.makespan, rel=1e-12)
+    # n_buffers is ignored by the strategies with a fixed buffer count
+    assert simulate_settings(dataclasses.replace(s, strategy="ping_pong")).graph.pools["L1.B"] == 2
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(strategy="double"), "strategy"), (dict(head_dims="256/256"), "head_dims"),
+    (dict(rope="fused"), "rope"), (dict(kv_blocks=0), "kv_blocks"), (dict(block_q=1.5), "block_q"),
+])
+def test_settings_validation(bad, match):
+    with pytest.raises(ValueError, match=match):
+        PipelineSettings(**bad)
+
+
+def test_speedup_is_against_iterate_all_of_the_same_shape():
+    s = PipelineSettings(strategy="ping_pong", kv_blocks=8)
+    result, baseline, speedup = run_settings(s)
+    assert baseline.graph.info["strategy"] == "iterate_all"
+    assert baseline.graph.info["steps"] == result.graph.info["steps"] == 8
+    assert speedup == pytest.approx(baseline.makespan / result.makespan)
+    assert speedup > 1.2                      # MTE2-bound at the default 1.6 TB/s
+    _, same, one = run_settings(dataclasses.replace(s, strategy="iterate_all"))
+    assert one == 1.0 and same.makespan == baseline.makespan
+    text = summary(result, baseline, speedup)
+    assert f"speedup {speedup:.3f}x" in text and "Critical engine MTE2" in text
+
+
+def test_ping_pong_gain_shrinks_when_compute_bound():
+    """Ping-pong hides MTE2; once the Vector is the critical engine there is little to hide."""
+    slow = run_settings(PipelineSettings(block_k=256, hbm_tb_s=1.6, kv_blocks=16))
+    fast = run_settings(PipelineSettings(block_k=256, hbm_tb_s=12.8, kv_blocks=16))
+    assert slow[0].critical_engine == "MTE2" and fast[0].critical_engine == "VECTOR"
+    assert fast[2] < slow[2]
+
+
+# --------------------------------------------------------------------------------- explorer
+def test_explorer_builds_and_follows_its_controls():
+    pytest.importorskip("ipywidgets")
+    from flashlab.widgets_pipeline import PipelineExplorer
+
+    ex = PipelineExplorer(draw=False)
+    assert ex.settings == PipelineSettings() and ex.error is None
+    assert ex.result.graph.info["strategy"] == "ping_pong" and ex.n_buffers.disabled
+    first = ex.result.makespan
+    ex.strategy.value = "iterate_all"
+    assert ex.result.graph.info["strategy"] == "iterate_all" and ex.speedup == 1.0
+    assert ex.result.makespan > first
+    ex.strategy.value = "n_buffers"
+    assert not ex.n_buffers.disabled
+    ex.n_buffers.value = 3
+    assert ex.result.graph.pools["L1.B"] == 3
+    ex.block_q.value, ex.block_k.value = 64, 256
+    assert (ex.result.graph.info["block_q"], ex.result.graph.info["block_k"]) == (64, 256)
+    ex.kv_blocks.value = 6
+    assert ex.result.graph.info["steps"] == 6
+    before = ex.result.makespan
+    ex.hbm.value = 3.2                         # faster HBM: MTE2 copies shorten
+    assert ex.settings.profile().core.load.rate.value == pytest.approx(3.2e12 / 24)
+    assert ex.result.makespan < before
+    ex.head_dims.value = "128/128"
+    assert ex.result.graph.info["d_qk"] == 128
+    ex.rope.value = "split"
+    assert ex.result.graph.info["split_rope"] == ROPE_DIM
+    assert set(HEAD_DIMS) == set(ex.head_dims.options)
+    assert "speedup" in ex.info.value and "makespan" in ex.info.value
+
+
+def test_explorer_shows_the_error_for_tiles_that_do_not_fit():
+    pytest.importorskip("ipywidgets")
+    from flashlab.widgets_pipeline import PipelineExplorer
+
+    ex = PipelineExplorer(dpi=40)
+    assert len(ex.out.outputs) == 1
+    ex.block_k.value = 256
+    ex.block_q.value = 256                     # 256x256 with D = 192: L1 overflows
+    assert ex.result is None and ex.speedup is None
+    assert "do not fit in L1" in ex.error
+    assert "cannot run" in ex.info.value and "do not fit in L1" in ex.info.value
+    assert ex.out.outputs == ()
+    ex.block_q.value = 128                     # back to a valid tile: the chart returns
+    assert ex.error is None and ex.result is not None and len(ex.out.outputs) == 1
+
+
+def test_explorer_draws_a_png_and_leaves_no_pyplot_figure():
+    pytest.importorskip("ipywidgets")
+    from flashlab.widgets_pipeline import PipelineExplorer
+
+    ex = PipelineExplorer(PipelineSettings(kv_blocks=2), dpi=40)
+    (shown,) = ex.out.outputs
+    assert shown["data"]["image/png"].startswith("iVBORw0KGgo")   # base64 of the PNG header
+    assert "ping_pong" in shown["data"]["text/plain"]
+    labels = [t.get_text() for t in ex.figure.axes[0].get_yticklabels()]
+    assert labels[:6] == ["MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3"]
+    assert "L1.B ping" in labels and "L1.B pong" in labels
+    assert plt.get_fignums() == []
+
+
+# --------------------------------------------------------------------------- static fallbacks
+def test_grid_strategies_by_tiles_and_by_bandwidths():
+    base = PipelineSettings(kv_blocks=2)
+    fig = pipeline_grid(base, tiles=[(64, 128), (128, 128)])
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(titles) == 3 * 2
+    assert titles[0].startswith("iterate_all, 64x128: makespan")
+    assert titles[-1].startswith("ping_pong, 128x128: makespan")
+    fig = pipeline_grid(base, strategies=("iterate_all", "ping_pong"), bandwidths=[0.8, 3.2])
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(titles) == 4 and titles[1].startswith("iterate_all, 3.2 TB/s")
+    with pytest.raises(ValueError, match="exactly one"):
+        pipeline_grid(base)
+    with pytest.raises(ValueError, match="do not fit"):
+        pipeline_grid(base, tiles=[(256, 256)])
+
+
+@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def test_animation_frames():
+    anim = pipeline_animation(PipelineSettings(kv_blocks=2), frames=4, dpi=30)
+    assert len(list(anim.new_frame_seq())) == 4
+    html = anim.to_jshtml()
+    assert html.count('"data:image/png;base64') == 4
+    assert plt.get_fignums() == []            # closed in pyplot: no stray chart in a notebook
+    with pytest.raises(ValueError, match="frames"):
+        pipeline_animation(frames=1)
+    del anim
+    gc.collect()
