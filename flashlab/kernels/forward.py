@@ -251,7 +251,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
         l = np.zeros(rows, dtype=o.dtype)
         acc = np.zeros((rows, Dv), dtype=o.dtype)
         # one flat buffer for every tile of this q-block; a (rows, cols) reshape of its head
-        # is C-contiguous, which np.dot's BLAS path needs (a 2-D slice of a 2-D buffer is not)
+        # is C-contiguous, which the BLAS gemm calls need (a 2-D slice of a 2-D buffer is not)
         s_buf = np.empty(rows * block_k, dtype=o.dtype)
         done = 0
         kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
