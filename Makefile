@@ -8,13 +8,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv book test pytest lab bench clean
+.PHONY: help venv book test pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
 	@echo "make test   run the package tests, nbval on every notebook, and the book build"
 	@echo "make lab    open the chapters in JupyterLab"
-	@echo "make bench  benchmark flashlab against a numpy naive implementation"
+	@echo "make bench  benchmark flashlab against numpy naive and torch SDPA (installs"
+	@echo "            requirements-bench.txt; N up to 16384: about an hour, ~11 GB free memory)"
+	@echo "make bench-quick  its subset (N 1024, 2048; memory at 1024), < 2 minutes, results"
+	@echo "            in bench-results/quick/"
 	@echo "make clean  remove builds and caches (.venv is kept; rm -rf .venv to start over)"
 
 # .venv is created if missing and re-synced whenever requirements.txt or pyproject.toml change
@@ -47,8 +50,16 @@ pytest: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
 
+# results in bench-results/bench.json and bench.md (bench-quick: bench-results/quick/); torch
+# (requirements-bench.txt) is optional for the package and installed here only.
+# Options: $(BIN)/python -m flashlab.bench --help
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m flashlab.bench
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python -m flashlab.bench --quick
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis bench-results

@@ -1,0 +1,328 @@
+"""Smoke tests of the benchmark machinery (flashlab.bench) at tiny sizes.
+
+No timing is asserted (the machine is shared): the tests check the structure of the result,
+the FLOP counts, the skip rules, the memory measurement on an allocation of known size, the
+ratios and targets on a hand-made result, and the JSON/markdown round trip. torch is
+optional: the torch test is skipped without it.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flashlab import bench
+from flashlab.cost import attention_backward_flops, attention_flops
+
+#: a suite small enough for a test: N 32 and 64, 2 heads, memory (fresh process) at N=32
+#: non-causal only; MLA (the 24/16 shape is its concatenated one) in this process
+TINY = bench.BenchConfig(sizes=(32, 64), shapes=((24, 16),), heads=2, block=(16, 16),
+                         baselines=("numpy_naive",), repeats=1, memory_sizes=(32,),
+                         memory_causal=(False,), mla_sizes=(32,), mla_heads=2,
+                         mla_dims=(16, 8, 16), mla_memory_sizes=(), matmul_n=64,
+                         matmul_repeats=1, first_call="cache")
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    lines = []
+    res = bench.run_suite(TINY, progress=lines.append)
+    res["_progress"] = lines
+    return res
+
+
+def test_suite_runs_every_case(tiny_result):
+    res = tiny_result
+    cases = bench.attention_cases(TINY) + bench.mla_cases(TINY)
+    # 2 N x 2 causal x (flashlab fwd, bwd; naive fwd) + 3 dataflows x 2 + flashlab 2
+    assert len(cases) == 2 * 2 * 3 + 6 + 2
+    assert len(res["cases"]) == len(cases)
+    assert all(r["status"] == "ok" for r in res["cases"]), \
+        [(r["impl"], r["reason"]) for r in res["cases"] if r["status"] != "ok"]
+    # a line for the matmul, one for numba, one per case except the 2 the MLA section reuses
+    assert len(res["_progress"]) == 2 + len(cases) - 2
+    for r in res["cases"]:
+        assert r["seconds"] > 0 and len(r["times"]) >= 1
+        assert r["gflops"] == pytest.approx(r["flops"] / r["seconds"] / 1e9)
+        # against the matmul timed in the same rounds
+        assert r["fraction_of_matmul_peak"] == pytest.approx(r["gflops"] / r["matmul_gflops"])
+        assert r["matmul_gflops"] in [m["gflops"] for m in res["matmul"]["groups"]]
+    mm = res["matmul"]
+    # one matmul per shape: 2 N x 2 causal x 2 directions, 2 MLA directions
+    assert len(mm["groups"]) == 2 * 2 * 2 + 2
+    assert mm["peak_gflops"] == max(m["gflops"] for m in [mm["start"], mm["end"], *mm["groups"]])
+    assert res["timing"] == "interleaved"
+    assert res["numba_first_call"]["compile"] is None  # first_call="cache"
+    assert res["numba_first_call"]["cache_load"]["forward_seconds"] > 0
+
+
+def test_memory_only_where_configured(tiny_result):
+    for r in bench.case_table(tiny_result):
+        fresh = r["n"] == 32 and not r["causal"]
+        assert r["fresh_process"] == fresh
+        assert ("peak_extra_bytes" in r) == fresh and ("first_call_seconds" in r) == fresh
+        if fresh:
+            assert r["workspace_bytes"] == max(0, r["peak_extra_bytes"] - r["output_bytes"])
+    # MLA cases: timed here (mla_memory_sizes=()), the cost model's peak beside each dataflow
+    for r in bench.case_table(tiny_result, section="mla"):
+        assert ("peak_extra_bytes" in r) == (r["impl"] == "flashlab" and r["n"] == 32)
+        assert ("model_peak_bytes" in r) == r["impl"].startswith("mla:")
+
+
+def test_output_bytes_are_the_returned_arrays(tiny_result):
+    # forward: o (B, H, N, Dv) float32 + lse (B, H, N) float32
+    r = bench.find_case(tiny_result, "flashlab", "forward", 32, 24, 16)
+    assert r["output_bytes"] == 2 * 32 * (16 + 1) * 4
+    # training step: o, lse, dq, dk (N x Dqk), dv (N x Dv)
+    r = bench.find_case(tiny_result, "flashlab", "backward", 32, 24, 16)
+    assert r["output_bytes"] == 2 * 32 * (16 + 1 + 24 + 24 + 16) * 4
+
+
+def test_ratios_against_the_baselines(tiny_result):
+    for r in bench.case_table(tiny_result):
+        if r["impl"] != "flashlab":
+            assert "speed_vs" not in r
+            continue
+        if r["direction"] == "forward":
+            base = bench.find_case(tiny_result, "numpy_naive", "forward", r["n"], r["d_qk"],
+                                   r["d_v"], r["causal"])
+            assert r["speed_vs"]["numpy_naive"] == pytest.approx(base["seconds"] / r["seconds"])
+        else:  # no numpy naive backward, and no torch in TINY
+            assert r["speed_vs"] == {}
+    rect = bench.find_case(tiny_result, "mla:rect", "forward", 32, 16, 16, section="mla")
+    base = bench.find_case(tiny_result, "mla:baseline", "forward", 32, 16, 16, section="mla")
+    assert rect["speed_vs"]["mla:baseline"] == pytest.approx(base["seconds"] / rect["seconds"])
+    assert rect["memory_vs"] == {}  # memory not measured
+
+
+def test_mla_section_reuses_the_attention_case():
+    # the MLA shape's flashlab 192/128 case is the attention case of the same shape
+    cfg = bench.BenchConfig(sizes=(32,), shapes=((24, 16),), causal=(False,), heads=2,
+                            mla_sizes=(32,), mla_heads=2, mla_dims=(16, 8, 16))
+    att = set(bench.attention_cases(cfg))
+    mla = [c for c in bench.mla_cases(cfg) if not c.impl.startswith("mla:")]
+    assert mla and all(c in att for c in mla)
+
+
+def test_json_and_markdown_round_trip(tiny_result, tmp_path):
+    res = {k: v for k, v in tiny_result.items() if not k.startswith("_")}
+    json_path, md_path = bench.save_results(res, tmp_path / "out")
+    loaded = bench.load_results(json_path)
+    assert loaded["cases"] == json.loads(json.dumps(res["cases"]))
+    md = bench.to_markdown(loaded)
+    assert md == md_path.read_text()
+    for heading in ("## Machine peak", "## Numba first call", "## Targets",
+                    "## Attention forward", "## Attention backward", "## MLA",
+                    "## Skipped and failed cases", "## Notes"):
+        assert heading in md
+    # every target is listed; none measurable at these sizes
+    assert md.count("n/a  ") == len(res["targets"]) == 8
+    assert bench.BenchConfig.from_dict(loaded["config"]) == TINY
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": 0}))
+    with pytest.raises(ValueError, match="schema"):
+        bench.load_results(bad)
+
+
+def test_flops_and_tile_fraction():
+    case = bench.Case("flashlab", "forward", 256, 192, 128, heads=8)
+    assert bench.case_flops(case) == attention_flops(256, 256, 192, 128, heads=8)
+    back = bench.Case("torch_sdpa", "backward", 256, 128, 128, causal=True, block=(64, 64))
+    # 4 x 4 tiles of 64, causal: the 10 on and below the diagonal are computed
+    assert bench.tile_fraction(256, 64, 64, True) == 10 / 16
+    assert bench.case_flops(back) == attention_backward_flops(256, 256, 128, 128, heads=8,
+                                                              tile_fraction=10 / 16)
+    mla = bench.Case("mla:rect", "forward", 64, 128, 128, d_rope=64)
+    assert bench.case_flops(mla) == attention_flops(64, 64, 192, 128, heads=8)
+
+
+def test_memory_measurement_sees_an_allocation():
+    # 40 MB written in the call: the high-water mark must rise by at least that much
+    def step():
+        x = np.ones(10 ** 7, dtype=np.float32)
+        return (x[:10].copy(),)
+    m = bench.peak_extra_memory(step)
+    assert m["peak_extra_bytes"] >= 38 * 10 ** 6
+    assert m["output_bytes"] == 40
+    assert m["workspace_bytes"] == m["peak_extra_bytes"] - 40
+
+
+def test_naive_memory_in_a_fresh_process_exceeds_flashlab():
+    # numpy naive holds the (B, H, N, N) scores: 8 * 512^2 * 4 = 8.4 MB; flashlab's workspace
+    # is O(N)
+    naive = bench.measure_fresh(bench.Case("numpy_naive", "forward", 512, 32, 32))
+    flash = bench.measure_fresh(bench.Case("flashlab", "forward", 512, 32, 32))
+    assert naive["workspace_bytes"] >= 8 * 512 ** 2 * 4
+    assert flash["workspace_bytes"] < naive["workspace_bytes"] / 2
+    assert naive["first_call_seconds"] >= 0 and flash["first_call_seconds"] > 0
+
+
+def test_mla_memory_matches_the_cost_model():
+    # the baseline dataflow's training step holds every intermediate: the measured peak is the
+    # ledger's (flashlab.cost) within a few pages of allocator slack
+    case = bench.Case("mla:baseline", "backward", 512, 128, 128, heads=4, d_rope=64)
+    measured = bench.measure_fresh(case)["peak_extra_bytes"]
+    model = bench.mla_model_peak(case)
+    assert model > 15 * bench.MB
+    assert abs(measured - model) < 0.1 * model + 2 * bench.MB, (measured, model)
+
+
+def test_skip_rules(monkeypatch):
+    big = bench.Case("numpy_naive", "forward", 16384, 128, 128)
+    cfg = bench.BenchConfig(naive_max_n=8192)
+    reason = bench._skip_reason(big, cfg, True, {})
+    assert "naive_max_n=8192" in reason
+    # memory: 8 heads x 16384^2 x 4 bytes of scores (8.6 GB) cannot fit in 4 GB; flashlab can
+    monkeypatch.setattr(bench, "available_bytes", lambda: 4 * 10 ** 9)
+    assert "would not fit in memory" in bench._skip_reason(big, bench.FULL, True, {})
+    assert bench._skip_reason(bench.Case("flashlab", "forward", 16384, 128, 128),
+                              bench.FULL, True, {}) is None
+    # time: predicted from the same series at a smaller N, x4 per doubling
+    small = bench.Case("flashlab", "forward", 1024, 128, 128)
+    done = {small: {"status": "ok", "n": 1024, "seconds": 100.0}}
+    monkeypatch.setattr(bench, "available_bytes", lambda: 10 ** 12)
+    reason = bench._skip_reason(bench.Case("flashlab", "forward", 2048, 128, 128),
+                                bench.FULL, True, done)
+    assert "~400 s per call" in reason
+    assert bench._skip_reason(bench.Case("flashlab", "backward", 2048, 128, 128),
+                              bench.FULL, True, done) is None
+    # torch missing
+    assert "torch is not installed" in bench._skip_reason(
+        bench.Case("torch_sdpa", "forward", 64, 16, 16), bench.FULL, False, {})
+
+
+def test_skipped_case_is_reported(monkeypatch, tmp_path):
+    cfg = bench.BenchConfig(sizes=(32,), shapes=((16, 16),), causal=(False,), heads=1,
+                            baselines=("numpy_naive",), naive_max_n=16, repeats=1,
+                            memory_sizes=(), mla_sizes=(), matmul_n=32, matmul_repeats=1,
+                            first_call=None)
+    res = bench.run_suite(cfg)
+    naive = [r for r in res["cases"] if r["impl"] == "numpy_naive"]
+    assert [r["status"] for r in naive] == ["skipped"]
+    flash = bench.find_case(res, "flashlab", "forward", 32, 16, 16)
+    assert flash["speed_vs"] == {}  # no baseline measured: no ratio
+    md = bench.to_markdown(res)
+    assert "numpy_naive forward N=32 16/16 H=1: skipped: numpy naive above naive_max_n=16" in md
+    assert "## MLA" not in md
+
+
+def _result_with(rows: list[dict], peak: float = 100.0) -> dict:
+    return {"cases": [{"section": "attention", "status": "ok", "causal": False, **r} for r in rows],
+            "matmul": {"peak_gflops": peak}}
+
+
+def test_targets_pass_miss_and_missing():
+    rows = [
+        dict(impl="flashlab", direction="forward", n=4096, d_qk=128, d_v=128, seconds=1.0, gflops=70.0),
+        dict(impl="torch_sdpa", direction="forward", n=4096, d_qk=128, d_v=128, seconds=0.8, gflops=87.5),
+        dict(impl="flashlab", direction="forward", n=8192, d_qk=192, d_v=128, seconds=1.0,
+             gflops=1.0, peak_extra_bytes=40 * bench.MB),
+        dict(impl="torch_sdpa", direction="forward", n=8192, d_qk=192, d_v=128, seconds=3.0,
+             gflops=1.0, peak_extra_bytes=4000 * bench.MB),
+        dict(impl="flashlab", direction="forward", n=16384, d_qk=128, d_v=128, seconds=1.0,
+             gflops=1.0, peak_extra_bytes=80 * bench.MB, output_bytes=70 * bench.MB,
+             workspace_bytes=10 * bench.MB),
+        dict(impl="flashlab", direction="backward", n=16384, d_qk=128, d_v=128, seconds=1.0,
+             gflops=1.0, peak_extra_bytes=400 * bench.MB, output_bytes=270 * bench.MB,
+             workspace_bytes=130 * bench.MB),
+    ]
+    t = {x["name"]: x for x in bench.evaluate_targets(_result_with(rows))}
+    assert len(t) == 8  # the names are distinct
+    got = [(x["status"], None if x["value"] is None else round(x["value"], 4)) for x in t.values()]
+    assert got == [
+        ("MISS", 0.8),    # torch 0.8 s / flashlab 1.0 s < 0.9
+        ("PASS", 0.7),    # 70 of 100 GFLOP/s >= 0.65
+        ("PASS", 3.0),    # 3x torch's speed >= 2
+        ("PASS", 0.01),   # 40 MB / 4000 MB <= 1/50
+        ("n/a", None),    # backward at 2048 not measured
+        ("n/a", None),    # causal at 8192 not measured
+        ("PASS", 10.0),   # forward workspace 10 MB < 100
+        ("MISS", 130.0),  # backward workspace 130 MB
+    ]
+
+
+def _outputs(case: bench.Case) -> tuple[np.ndarray, ...]:
+    """The arrays ``case``'s step returns, as float64 numpy arrays."""
+    return tuple(np.asarray(x.detach() if hasattr(x, "detach") else x, dtype=np.float64)
+                 for x in bench.make_runner(case).step())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_implementations_compute_the_same_thing(causal):
+    # the comparisons are fair only if every implementation gets the same inputs and computes
+    # the same attention (same default scale, same causal alignment)
+    shape = dict(n=48, d_qk=24, d_v=16, causal=causal, heads=2, block=(16, 16))
+    o, lse = _outputs(bench.Case("flashlab", "forward", **shape))
+    o_naive, _ = _outputs(bench.Case("numpy_naive", "forward", **shape))
+    np.testing.assert_allclose(o, o_naive, atol=1e-5)
+    o2, lse2, *grads = _outputs(bench.Case("flashlab", "backward", **shape))
+    np.testing.assert_array_equal(o2, o)
+    assert [g.shape for g in grads] == [(1, 2, 48, 24), (1, 2, 48, 24), (1, 2, 48, 16)]
+    # the MLA dataflows compute the same o
+    mla = dict(n=48, d_qk=16, d_v=16, d_rope=8, causal=causal, heads=2, block=(16, 16))
+    o_flows = [_outputs(bench.Case(f"mla:{f}", "forward", **mla))[0] for f in bench.MLA_DATAFLOWS]
+    for o_flow in o_flows[1:]:
+        np.testing.assert_allclose(o_flow, o_flows[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_computes_what_flashlab_computes(causal):
+    pytest.importorskip("torch")
+    shape = dict(n=48, d_qk=24, d_v=16, causal=causal, heads=2, block=(16, 16))
+    (o_torch,) = _outputs(bench.Case("torch_sdpa", "forward", **shape))
+    o, _ = _outputs(bench.Case("flashlab", "forward", **shape))
+    np.testing.assert_allclose(o_torch, o, atol=1e-5)
+    # training step: (o, dq, dk, dv) against flashlab's (o, lse, dq, dk, dv)
+    torch_step = _outputs(bench.Case("torch_sdpa", "backward", **shape))
+    o_fl, _, *grads = _outputs(bench.Case("flashlab", "backward", **shape))
+    for got, want in zip(torch_step, [o_fl, *grads]):
+        np.testing.assert_allclose(got, want, atol=1e-4)
+    cases = [bench.Case(impl, "backward", **shape) for impl in ("flashlab", "torch_sdpa")]
+    timed, matmul = bench.time_interleaved(cases, repeats=2, max_timed_seconds=60, matmul_n=64)
+    assert [len(timed[c]["times"]) for c in cases] == [2, 2] and matmul["gflops"] > 0
+
+
+def test_without_torch_its_cases_are_skipped(monkeypatch):
+    monkeypatch.setattr(bench, "torch_available", lambda: False)
+    cfg = bench.BenchConfig(sizes=(32,), shapes=((16, 16),), causal=(False,), heads=1,
+                            repeats=1, memory_sizes=(), mla_sizes=(), matmul_n=32,
+                            matmul_repeats=1, first_call=None)
+    res = bench.run_suite(cfg)
+    torch_rows = [r for r in res["cases"] if r["impl"] == "torch_sdpa"]
+    assert len(torch_rows) == 2 and all(r["status"] == "skipped" for r in torch_rows)
+    assert any("torch is not installed" in n for n in res["notes"])
+    assert "torch not installed" in bench.to_markdown(res)
+
+
+def test_interleaved_rounds():
+    cases = [bench.Case(impl, "forward", 32, 16, 16, heads=1, block=(16, 16))
+             for impl in ("flashlab", "numpy_naive")]
+    # a budget of 0 s: one round only; a large one: `repeats` rounds for every case
+    timed, matmul = bench.time_interleaved(cases, repeats=3, max_timed_seconds=0, matmul_n=32)
+    assert [len(timed[c]["times"]) for c in cases] == [1, 1]
+    timed, matmul = bench.time_interleaved(cases, repeats=3, max_timed_seconds=100, matmul_n=32)
+    assert [len(timed[c]["times"]) for c in cases] == [3, 3]
+    for c in cases:
+        assert timed[c]["seconds"] == sorted(timed[c]["times"])[1]
+    assert matmul["n"] == 32 and matmul["gflops"] == pytest.approx(2 * 32 ** 3 / matmul["seconds"] / 1e9)
+
+
+def test_markdown_of_a_run_before_interleaving(tiny_result):
+    # results written before the interleaved timing (no "timing", no per-case matmul) still load
+    old = json.loads(json.dumps({k: v for k, v in tiny_result.items() if not k.startswith("_")}))
+    del old["timing"], old["matmul"]["groups"]
+    for r in old["cases"]:
+        r.pop("matmul_gflops", None)
+    md = bench.to_markdown(old)
+    assert "a run before interleaved timing" in md and "against the best of the two" in md
+    assert len(bench.evaluate_targets(old)) == 8
+
+
+def test_command_line(tmp_path, capsys):
+    out = tmp_path / "res"
+    assert bench.main(["--quick", "--sizes", "32", "--no-mla", "--no-torch", "--out", str(out)]) == 0
+    res = bench.load_results(out / "bench.json")
+    assert res["config"]["sizes"] == [32] and res["config"]["mla_sizes"] == []
+    assert {r["impl"] for r in res["cases"]} == {"flashlab", "numpy_naive"}
+    assert "# flashlab benchmark" in capsys.readouterr().out
