@@ -5,16 +5,16 @@ and ``bench-results/bench.md``. This machine is shared and noisy, so an absolute
 one run says little on its own: every comparison is a ratio between two implementations
 measured in the same run, and the machine's practical peak is measured in that run too.
 
-Implementations (``impl``)
-    ``flashlab``      :func:`flashlab.flash_attention` / :func:`flashlab.flash_attention_backward`;
-    ``numpy_naive``   :func:`flashlab.attention_naive` (one ``(B, H, N, N)`` score matrix in
-                      float32; forward only: flashlab's naive backward is the float64 reference);
-    ``torch_sdpa``    ``torch.nn.functional.scaled_dot_product_attention`` on the CPU, if torch is
-                      installed (optional: ``pip install -r requirements-bench.txt``); forward
-                      under ``torch.no_grad()``, backward ``out.backward(dO)`` on
-                      ``requires_grad`` leaves;
-    ``mla:<dataflow>`` :func:`flashlab.mla.mla_forward` / :func:`flashlab.mla.mla_backward` in the
-                      ``baseline``, ``native_v`` and ``rect`` dataflows (the MLA section).
+Implementations (``impl``):
+
+* ``flashlab``: :func:`flashlab.flash_attention` / :func:`flashlab.flash_attention_backward`;
+* ``numpy_naive``: :func:`flashlab.attention_naive` (one ``(B, H, N, N)`` score matrix in
+  float32; forward only: flashlab's naive backward is the float64 reference);
+* ``torch_sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on the CPU, if torch is
+  installed (optional: ``pip install -r requirements-bench.txt``); forward under
+  ``torch.no_grad()``, backward ``out.backward(dO)`` on ``requires_grad`` leaves;
+* ``mla:<dataflow>``: :func:`flashlab.mla.mla_forward` / :func:`flashlab.mla.mla_backward` in
+  the ``baseline``, ``native_v`` and ``rect`` dataflows (the MLA section).
 
 What is measured for each case
     * **time**: the median of up to ``repeats`` calls after one warm-up call at full size.
@@ -121,21 +121,25 @@ MB = 10 ** 6
 class BenchConfig:
     """What :func:`run_suite` measures. The defaults are the full suite (``make bench``).
 
-    sizes, shapes, causal : attention cases: N (= Sq = Sk), (Dqk, Dv) pairs, causal or not
-    batch, heads, block : B, H and flashlab's (block_q, block_k)
-    baselines : which of :data:`BASELINES` to run (torch ones are skipped if torch is missing)
-    repeats, max_timed_seconds : timed calls per case after the warm-up (see the module doc)
-    max_call_seconds : skip a case predicted to take longer than this per call
-    memory_sizes, memory_causal : N (``None``: every N) and causal values of the attention
-        cases that run in a fresh process and measure peak extra memory; the other cases are
-        timed in this process
-    memory_headroom : skip a case whose estimated memory exceeds this fraction of MemAvailable
-    naive_max_n : skip numpy naive above this N (``None``: no limit; 16384 needs 8+ GB)
-    mla_sizes, mla_heads, mla_dims, mla_memory_sizes : the MLA section: S, H,
-        (NoPE, RoPE, V) head dims, and the S measured in fresh processes (``None``: every S)
-    matmul_n, matmul_repeats : the numpy float32 matmul that sets the practical peak
-    first_call : :func:`numba_first_call`: ``"compile"`` (compile from an empty cache, tens of
-        seconds, then the cache load), ``"cache"`` (the cache load only) or ``None`` (neither)
+    - ``sizes``, ``shapes``, ``causal``: attention cases: N (= Sq = Sk), (Dqk, Dv) pairs,
+      causal or not;
+    - ``batch``, ``heads``, ``block``: B, H and flashlab's (block_q, block_k);
+    - ``baselines``: which of :data:`BASELINES` to run (torch ones are skipped if torch is
+      missing);
+    - ``repeats``, ``max_timed_seconds``: timed calls per case after the warm-up (see the
+      module doc);
+    - ``max_call_seconds``: skip a case predicted to take longer than this per call;
+    - ``memory_sizes``, ``memory_causal``: N (``None``: every N) and causal values of the
+      attention cases that run in a fresh process and measure peak extra memory; the other
+      cases are timed in this process;
+    - ``memory_headroom``: skip a case whose estimated memory exceeds this fraction of
+      MemAvailable;
+    - ``naive_max_n``: skip numpy naive above this N (``None``: no limit; 16384 needs 8+ GB);
+    - ``mla_sizes``, ``mla_heads``, ``mla_dims``, ``mla_memory_sizes``: the MLA section: S, H,
+      (NoPE, RoPE, V) head dims, and the S measured in fresh processes (``None``: every S);
+    - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
+    - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
+      tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``.
     """
 
     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
@@ -710,7 +714,7 @@ def run_group(cases: list[Case], config: BenchConfig, *, has_torch: bool,
     """Measure the cases of one shape: skip what cannot run, measure memory (fresh process
     per case) where configured, then :func:`time_interleaved` the rest.
 
-    ``done``: the rows measured so far (for the time prediction of :func:`_skip_reason`).
+    ``done``: the rows measured so far (for the time prediction of ``_skip_reason``).
     Returns ``({case: row}, the matmul timed with them or None)``; a row holds the case's
     fields, ``status`` ("ok", "skipped", "failed"), ``reason``, and the measurements.
     """

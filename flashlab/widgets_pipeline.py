@@ -35,22 +35,22 @@ from flashlab.pipeline.hardware import (
 from flashlab.pipeline.schedule import STRATEGIES
 from flashlab.pipeline.simulate import SimResult, simulate_fa
 
-#: head-dim presets: name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
+#: head-dim presets, name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
 #: padded to 192 (the baseline before RECT-FA); "192/128 native V" is RECT-FA's.
 HEAD_DIMS: dict[str, tuple[int, int, bool]] = {
     "128/128": (128, 128, False),
     "192/128 native V": (192, 128, False),
     "192/192 padded V": (192, 128, True),
 }
-#: how the RoPE part of Q and K enters the score: one QK^T over the concatenated dims, or two
+#: how the RoPE part of Q and K enters the score, either one QK^T over the concatenated dims, or two
 #: products (NoPE, RoPE) accumulated into one L0C tile
 ROPE_MODES = ("concat", "split")
-#: the RoPE part's head dim when split (DeepSeek-V3's 64, :data:`flashlab.rope.DEEPSEEK_V3_ROPE_DIM`)
+#: the RoPE part's head dim when split (DeepSeek-V3's 64, ``flashlab.rope.DEEPSEEK_V3_ROPE_DIM``)
 ROPE_DIM = 64
 #: tile sizes the explorer offers
 BLOCK_Q_OPTIONS = (16, 32, 64, 128, 256)
 BLOCK_K_OPTIONS = (16, 32, 64, 128, 256, 512)
-#: the chip's HBM bandwidth the profile assumes, TB/s (an assumption: no official figure)
+#: the chip's HBM bandwidth the profile assumes, in TB/s (an assumption, no official figure)
 DEFAULT_HBM_TB_S = ASCEND_910B.hbm_bandwidth.value / 1e12
 #: AI Cores that share the HBM (one L1 per AI Core)
 N_AI_CORES = int(ASCEND_910B.memory("L1").count.value)
@@ -84,8 +84,10 @@ class PipelineSettings:
         one of :data:`flashlab.pipeline.schedule.STRATEGIES`
     n_buffers
         L1 buffers per operand (used by ``strategy="n_buffers"`` only)
-    block_q, block_k
-        tile sizes (rows of Q, keys per kv-block)
+    block_q
+        tile rows of Q
+    block_k
+        keys per kv-block
     hbm_tb_s
         the chip's HBM bandwidth in TB/s (see :func:`core_profile`)
     head_dims
