@@ -14,6 +14,6 @@
 - :mod:`flashlab.viz.performance` — the machine's roofline and benchmark results against N.
 - :mod:`flashlab.viz.code` — :func:`show_source`, the package's code shown in a chapter.
 """
-from flashlab.viz.style import PALETTE, SERIES, markdown_table, new_figure
+from flashlab.viz.style import PALETTE, SERIES, animation_html, markdown_table, new_figure
 
-__all__ = ["PALETTE", "SERIES", "markdown_table", "new_figure"]
+__all__ = ["PALETTE", "SERIES", "animation_html", "markdown_table", "new_figure"]

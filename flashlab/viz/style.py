@@ -78,3 +78,27 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def animation_html(anim, alt: str, *, caption: str | None = None):
+    """The animation as a self-contained HTML player (matplotlib's ``to_jshtml``) with alt text.
+
+    ``to_jshtml`` writes its frame as ``<img id="_anim_img...">`` without an ``alt``
+    attribute, so a screen reader announces nothing; this adds ``alt`` (a one-sentence
+    description of what the animation shows) and, optionally, a visible ``caption`` under the
+    player. The player's JavaScript is inline: it plays in the static book with no kernel and
+    no network. Returns an ``IPython.display.HTML`` object; raises ``ValueError`` for an empty
+    ``alt``.
+    """
+    import html
+
+    from IPython.display import HTML
+
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError("alt must be a non-empty description of the animation")
+    player = anim.to_jshtml()
+    player = player.replace('<img id="_anim_img', f'<img alt="{html.escape(alt)}" id="_anim_img', 1)
+    if caption:
+        player = (f'<figure class="flashlab-animation">{player}'
+                  f'<figcaption>{html.escape(caption)}</figcaption></figure>')
+    return HTML(player)
