@@ -8,11 +8,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv book test pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site test pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
 	@echo "make test   run the package tests, nbval on every notebook, and the book build"
+	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
+	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets;"
+	@echo "            screenshots in _build/screenshots/ (needs Debian's chromium)"
 	@echo "make lab    open the chapters in JupyterLab"
 	@echo "make bench  benchmark flashlab against numpy naive and torch SDPA (installs"
 	@echo "            requirements-bench.txt; N up to 16384: about an hour, ~11 GB free memory)"
@@ -31,14 +34,27 @@ venv: $(STAMP)
 
 # -W: warnings are errors; -n: nitpicky references; --keep-going: report every problem.
 # Without -W a notebook that raises still "builds" and exits 0.
-book: $(STAMP)
+# MathJax and the widget manager, fetched once from the npm registry into _vendor/ (git-ignored)
+# and served by the site from _static/, so the book needs no CDN (tools/web_assets.py)
+assets: $(STAMP)
+	$(BIN)/python tools/web_assets.py
+
+book: assets
 	$(BIN)/jupyter-book build . -W -n --keep-going
+
+check-site: book
+	$(BIN)/python tools/check_site.py
+
+CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
 
 # pytest collects tests/ and, through nbval, every notebook in book/ (norecursedirs keeps
 # the executed copies under _build/ out). Both steps always run; either failing fails.
 test: $(STAMP)
 	@status=0; \
 	$(MAKE) --no-print-directory book || status=1; \
+	if [ $$status -eq 0 ] && [ -n "$(CHROMIUM)" ]; then \
+	    $(BIN)/python tools/check_site.py || status=1; \
+	elif [ -z "$(CHROMIUM)" ]; then echo "make test: chromium not installed, check-site skipped"; fi; \
 	$(MAKE) --no-print-directory pytest || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
@@ -62,6 +78,6 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m flashlab.bench --quick
 
 clean:
-	rm -rf _build .pytest_cache .hypothesis bench-results
+	rm -rf _build _vendor .jupyter_cache .pytest_cache .hypothesis bench-results
 	find . -path ./.venv -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 	find . -path ./.venv -prune -o \( -name '*.nbi' -o -name '*.nbc' \) -type f -print0 | xargs -0 rm -f

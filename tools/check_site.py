@@ -1,0 +1,324 @@
+"""Open every page of the built book in headless Chromium, offline, and fail on what a reader would hit.
+
+For each page of ``_toc.yml`` (served from ``_build/html`` on 127.0.0.1, every other host
+unreachable: a proxy that refuses connections and a resolver that finds no name), it checks
+
+* no JavaScript error: uncaught exceptions, ``console.error`` and browser log errors (a
+  failed load of a CDN script shows up here, since the network is off);
+* no missing image (an ``<img>`` that did not load) and no image without ``alt`` text;
+* no empty widget area: every saved widget view was rendered by the widget manager;
+* math was typeset (MathJax loaded from the site, not a CDN);
+* a notebook page was executed: it has cell outputs and no error output;
+
+and, over every HTML file of the site, that each internal link points to an existing file
+and, if it has a ``#fragment``, to an existing anchor in it. One screenshot per page is
+saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels).
+
+It talks to Chromium through the DevTools protocol over a WebSocket (``websocket-client``).
+Usage: ``python tools/check_site.py [--html _build/html] [--only intro,masks]``; exit 1 on
+any problem, listing every problem found.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+import websocket
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Evaluated in the page once it has loaded and settled: everything the checks need, as JSON.
+PAGE_PROBE = r"""
+(() => {
+  const imgs = [...document.images];
+  const views = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
+  const emptyViews = views.filter(s => {
+    const area = s.parentElement;
+    const w = area && area.querySelector('.jupyter-widgets, .widget-subarea, .lm-Widget');
+    return !w || w.getBoundingClientRect().height < 5;
+  }).length;
+  return {
+    title: document.title,
+    brokenImages: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src),
+    noAlt: imgs.filter(i => !(i.getAttribute('alt') || '').trim()).map(i => (i.currentSrc || i.src).slice(0, 80)),
+    widgetViews: views.length,
+    emptyWidgetViews: emptyViews,
+    mathSources: document.querySelectorAll('.math, span.math, div.math').length,
+    mathTypeset: document.querySelectorAll('mjx-container').length,
+    cellOutputs: document.querySelectorAll('.cell_output').length,
+    errorOutputs: document.querySelectorAll('.cell_output .traceback, .cell_output .output.error').length,
+    height: Math.max(document.body.scrollHeight, document.documentElement.scrollHeight),
+  };
+})()
+"""
+
+
+class CDP:
+    """A minimal synchronous Chrome DevTools Protocol client over one browser WebSocket."""
+
+    def __init__(self, ws_url: str):
+        self.ws = websocket.create_connection(ws_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout: float = 60) -> dict:
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        self.ws.send(json.dumps(msg))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+        raise TimeoutError(method)
+
+    def wait_event(self, method: str, session: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
+                return True
+            self.ws.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                self.events.append(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                break
+            finally:
+                self.ws.settimeout(60)
+        return False
+
+    def drain(self, seconds: float) -> None:
+        """Collect the events that arrive during ``seconds``."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.ws.settimeout(left)
+            try:
+                self.events.append(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                break
+        self.ws.settimeout(60)
+
+
+def toc_pages(toc: Path) -> list[str]:
+    """Docnames of ``_toc.yml`` in reading order (root first)."""
+    data = yaml.safe_load(toc.read_text())
+    pages = [data["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                pages.append(node["file"])
+            for key in ("parts", "chapters", "sections"):
+                for child in node.get(key, []):
+                    walk(child)
+    walk(data)
+    return [p.removesuffix(".md").removesuffix(".ipynb") for p in pages]
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        if tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path) -> _Links:
+    p = _Links()
+    p.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return p
+
+
+def check_links(html_root: Path) -> list[str]:
+    """Every internal ``<a href>`` of every page resolves to a file, and its #fragment to an id."""
+    problems = []
+    skip_dirs = {"_static", "_sources", "_images"}
+    for page in sorted(html_root.rglob("*.html")):
+        if skip_dirs & set(page.relative_to(html_root).parts):
+            continue
+        for href in _parse(page).hrefs:
+            parsed = urlparse(href)
+            if parsed.scheme or href.startswith(("//", "mailto:", "javascript:")):
+                continue
+            path, frag = urldefrag(href)
+            target = (page.parent / unquote(path)).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            rel = page.relative_to(html_root)
+            if not target.exists():
+                problems.append(f"{rel}: broken link {href!r} (no file {target.relative_to(html_root.resolve()) if target.is_relative_to(html_root.resolve()) else target})")
+            elif frag and target.suffix == ".html" and unquote(frag) not in _parse(target).ids:
+                problems.append(f"{rel}: broken anchor {href!r}")
+    return problems
+
+
+def _serve(html_root: Path) -> tuple[http.server.ThreadingHTTPServer, int]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+    handler = functools.partial(Quiet, directory=str(html_root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def _launch_chromium(binary: str, profile: Path) -> tuple[subprocess.Popen, str]:
+    args = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--hide-scrollbars", "--mute-audio",
+            # network off: every host but 127.0.0.1 unresolvable, and any connection through a
+            # proxy that refuses it (loopback bypasses proxies)
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+            "--proxy-server=http://127.0.0.1:9", "--disable-quic",
+            f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port_file = profile / "DevToolsActivePort"
+    for _ in range(300):
+        if port_file.exists() and len(port_file.read_text().split()) >= 2:
+            port, path = port_file.read_text().split()[:2]
+            return proc, f"ws://127.0.0.1:{port}{path}"
+        if proc.poll() is not None:
+            raise RuntimeError(f"{binary} exited with code {proc.returncode} before it started")
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{binary} did not open its DevTools port within 30 s")
+
+
+def _event_errors(events: list[dict], session: str) -> list[str]:
+    out = []
+    urls = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in events
+            if e.get("sessionId") == session and e.get("method") == "Network.requestWillBeSent"}
+    for e in events:
+        if e.get("sessionId") != session:
+            continue
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            out.append("JS exception: " + (d.get("exception", {}).get("description") or d.get("text", ""))[:300])
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            out.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                    for a in p.get("args", []))[:300])
+        elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+            out.append(f"browser error: {p['entry'].get('text', '')[:200]} {p['entry'].get('url', '')}")
+        elif m == "Network.loadingFailed" and not p.get("canceled"):
+            out.append(f"failed to load ({p.get('errorText')}): {urls.get(p.get('requestId'), '?')[:200]}")
+        elif m == "Network.responseReceived" and p["response"].get("status", 200) >= 400:
+            out.append(f"HTTP {p['response']['status']}: {p['response'].get('url', '')[:200]}")
+    return out
+
+
+def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
+               max_height: int) -> list[str]:
+    target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    try:
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            cdp.send(f"{domain}.enable", session=session)
+        cdp.send("Emulation.setDeviceMetricsOverride",
+                 {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        cdp.events.clear()
+        cdp.send("Page.navigate", {"url": url}, session=session)
+        problems = [] if cdp.wait_event("Page.loadEventFired", session, 60) else ["page did not finish loading in 60 s"]
+        cdp.drain(settle)                      # widget manager and MathJax render after load
+        probe = cdp.send("Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True},
+                         session=session)["result"]["value"]
+        problems += _event_errors(cdp.events, session)
+        problems += [f"missing image: {src}" for src in probe["brokenImages"]]
+        problems += [f"image without alt text: {src}" for src in probe["noAlt"]]
+        if probe["emptyWidgetViews"]:
+            problems.append(f"{probe['emptyWidgetViews']} of {probe['widgetViews']} widget areas are empty")
+        if probe["mathSources"] and not probe["mathTypeset"]:
+            problems.append(f"{probe['mathSources']} math elements but none typeset (MathJax not loaded?)")
+        if notebook and not probe["cellOutputs"]:
+            problems.append("notebook page has no cell outputs (not executed?)")
+        if probe["errorOutputs"]:
+            problems.append(f"{probe['errorOutputs']} error outputs (tracebacks) on the page")
+        height = min(max_height, int(probe["height"]))
+        cdp.send("Emulation.setDeviceMetricsOverride",
+                 {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        cdp.drain(0.3)
+        png = cdp.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
+        shot.write_bytes(base64.b64decode(png))
+        return problems
+    finally:
+        cdp.send("Target.closeTarget", {"targetId": target})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--html", type=Path, default=ROOT / "_build" / "html")
+    ap.add_argument("--screenshots", type=Path, default=ROOT / "_build" / "screenshots")
+    ap.add_argument("--only", default="", help="comma-separated page names (default: every TOC page)")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds to let scripts render after load")
+    ap.add_argument("--max-height", type=int, default=6000, help="screenshot height cap in pixels")
+    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    args = ap.parse_args(argv)
+    if not args.chromium:
+        print("check-site: chromium not found (apt-get install chromium)", file=sys.stderr)
+        return 2
+    if not (args.html / "index.html").exists():
+        print(f"check-site: no built site at {args.html} (run make book)", file=sys.stderr)
+        return 2
+    pages = toc_pages(ROOT / "_toc.yml")
+    if args.only:
+        pages = [p for p in pages if Path(p).name in args.only.split(",")]
+    args.screenshots.mkdir(parents=True, exist_ok=True)
+    report: dict[str, list[str]] = {"(links)": check_links(args.html)}
+    server, port = _serve(args.html)
+    with tempfile.TemporaryDirectory(prefix="check-site-") as profile:
+        proc, ws_url = _launch_chromium(args.chromium, Path(profile))
+        try:
+            cdp = CDP(ws_url)
+            for page in pages:
+                notebook = (ROOT / f"{page}.ipynb").exists()
+                shot = args.screenshots / f"{Path(page).name}.png"
+                t0 = time.monotonic()
+                report[page] = check_page(cdp, f"http://127.0.0.1:{port}/{page}.html", shot,
+                                          notebook=notebook, settle=args.settle, max_height=args.max_height)
+                status = "ok" if not report[page] else f"{len(report[page])} problem(s)"
+                print(f"  {page:<32} {status:<14} {time.monotonic() - t0:4.1f} s  -> {shot.relative_to(ROOT) if shot.is_relative_to(ROOT) else shot}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            server.shutdown()
+    bad = {k: v for k, v in report.items() if v}
+    for page, problems in bad.items():
+        print(f"\n{page}:")
+        for p in problems:
+            print(f"  - {p}")
+    n_pages = len(pages)
+    print(f"\ncheck-site: {n_pages} pages, {sum(map(len, bad.values()))} problems"
+          + ("" if bad else " - OK"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
