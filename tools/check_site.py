@@ -5,7 +5,8 @@ unreachable: a proxy that refuses connections and a resolver that finds no name)
 
 * no JavaScript error: uncaught exceptions, ``console.error`` and browser log errors (a
   failed load of a CDN script shows up here, since the network is off);
-* no missing image (an ``<img>`` that did not load) and no image without ``alt`` text;
+* no missing image (an ``<img>`` that did not load) and no image without ``alt`` text (an
+  ``alt`` that is only the file name, Sphinx's default, counts as none);
 * no empty widget area: every saved widget view was rendered by the widget manager;
 * math was typeset (MathJax loaded from the site, not a CDN);
 * a notebook page was executed: it has cell outputs and no error output;
@@ -54,7 +55,11 @@ PAGE_PROBE = r"""
   return {
     title: document.title,
     brokenImages: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src),
-    noAlt: imgs.filter(i => !(i.getAttribute('alt') || '').trim()).map(i => (i.currentSrc || i.src).slice(0, 80)),
+    // Sphinx writes the file name as alt when none was given: that is no description either
+    noAlt: imgs.filter(i => {
+      const alt = (i.getAttribute('alt') || '').trim();
+      return !alt || /\.(png|jpe?g|svg|gif)$/i.test(alt) || alt.startsWith('data:');
+    }).map(i => (i.getAttribute('src') || '').slice(0, 60)),
     widgetViews: views.length,
     emptyWidgetViews: emptyViews,
     mathSources: document.querySelectorAll('.math, span.math, div.math').length,

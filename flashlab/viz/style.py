@@ -7,6 +7,8 @@ every chapter.
 """
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 
 #: the eight Okabe-Ito colours by their usual names
@@ -80,14 +82,28 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+#: Unicode stand-ins for the Font Awesome icons of matplotlib's animation player
+_PLAYER_ICONS: dict[str, str] = {
+    "fa-minus": "&minus;", "fa-fast-backward": "|&#9664;&#9664;", "fa-step-backward": "|&#9664;",
+    "fa-play fa-flip-horizontal": "&#9664;", "fa-pause": "&#10074;&#10074;", "fa-play": "&#9654;",
+    "fa-step-forward": "&#9654;|", "fa-fast-forward": "&#9654;&#9654;|", "fa-plus": "+",
+}
+
+
 def animation_html(anim, alt: str, *, caption: str | None = None):
     """The animation as a self-contained HTML player (matplotlib's ``to_jshtml``) with alt text.
 
-    ``to_jshtml`` writes its frame as ``<img id="_anim_img...">`` without an ``alt``
-    attribute, so a screen reader announces nothing; this adds ``alt`` (a one-sentence
-    description of what the animation shows) and, optionally, a visible ``caption`` under the
-    player. The player's JavaScript is inline: it plays in the static book with no kernel and
-    no network. Returns an ``IPython.display.HTML`` object; raises ``ValueError`` for an empty
+    Two changes to matplotlib's player make it work for every reader:
+
+    * ``to_jshtml`` writes its frame as ``<img id="_anim_img...">`` without an ``alt``
+      attribute, so a screen reader announces nothing; this adds ``alt`` (a one-sentence
+      description of what the animation shows) and, optionally, a visible ``caption``;
+    * its buttons draw Font Awesome 4 icons from a CDN stylesheet, which fails offline (an
+      error in the browser console and blank buttons); the stylesheet link is removed and each
+      icon replaced by a plain Unicode symbol (the buttons keep their ``title``/``aria-label``).
+
+    The player's JavaScript is inline: it plays in the static book with no kernel and no
+    network. Returns an ``IPython.display.HTML`` object; raises ``ValueError`` for an empty
     ``alt``.
     """
     import html
@@ -97,6 +113,8 @@ def animation_html(anim, alt: str, *, caption: str | None = None):
     if not isinstance(alt, str) or not alt.strip():
         raise ValueError("alt must be a non-empty description of the animation")
     player = anim.to_jshtml()
+    player = re.sub(r'<link rel="stylesheet"\s+href="[^"]*font-awesome[^"]*">', "", player)
+    player = re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _PLAYER_ICONS.get(m.group(1), "?"), player)
     player = player.replace('<img id="_anim_img', f'<img alt="{html.escape(alt)}" id="_anim_img', 1)
     if caption:
         player = (f'<figure class="flashlab-animation">{player}'
