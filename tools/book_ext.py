@@ -26,6 +26,8 @@ def dedupe_scripts(app, pagename: str, templatename: str, context: dict[str, Any
 
 
 def setup(app) -> dict[str, Any]:
-    # run after the theme and extensions added their scripts to the page context
-    app.connect("html-page-context", dedupe_scripts, priority=900)
+    # Run early: html-page-context is emitted with emit_firstresult, so a handler that returns a
+    # template name stops the later ones (a late priority was never reached). The duplicates are
+    # registered before any page is written, so they are already in the context here.
+    app.connect("html-page-context", dedupe_scripts, priority=100)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

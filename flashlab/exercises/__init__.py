@@ -8,3 +8,5 @@ solution passes and that each planted mistake is caught with its message.
 from ._core import Feedback, Mistake, call_student, diagnose
 
 __all__ = ["Feedback", "Mistake", "call_student", "diagnose"]
+from .foundations import *  # noqa: E402,F401,F403  (the Foundations chapters' checkers)
+from .rect import *  # noqa: E402,F401,F403  (the RECT-FA chapters' checkers)
