@@ -16,8 +16,10 @@ def dedupe_scripts(app, pagename: str, templatename: str, context: dict[str, Any
     seen: set[tuple] = set()
     unique = []
     for js in context.get("script_files", []):
+        # the copies differ only in filename None vs "" (inline scripts), so compare "or ''"
+        filename = str(getattr(js, "filename", js) or "")
         attributes = getattr(js, "attributes", {}) or {}
-        key = (str(js), tuple(sorted((k, str(v)) for k, v in attributes.items())))
+        key = (filename, tuple(sorted((k, str(v)) for k, v in attributes.items())))
         if key not in seen:
             seen.add(key)
             unique.append(js)
