@@ -24,7 +24,9 @@ def dedupe_scripts(app, pagename: str, templatename: str, context: dict[str, Any
             seen.add(key)
             unique.append(js)
     if "script_files" in context:
-        context["script_files"] = unique
+        # in place: the list is the builder's own, and handlers that run later (MathJax's, for
+        # one) append to it; a new list here would silently drop their scripts
+        context["script_files"][:] = unique
 
 
 def setup(app) -> dict[str, Any]:
