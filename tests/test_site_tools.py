@@ -1,0 +1,151 @@
+"""The book's site tooling: link checking, the Colab cell, offline assets, script dedupe, and the
+book-wide rules of issue #7 (alt text on every figure, goals/summary/exercises in every chapter)."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tools import book_ext, colab_cell, web_assets
+from tools.check_site import check_links, toc_pages
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = [p for p in toc_pages(ROOT / "_toc.yml") if (ROOT / f"{p}.ipynb").exists() and not p.endswith("api")]
+
+
+def test_toc_pages_lists_every_entry_in_order():
+    pages = toc_pages(ROOT / "_toc.yml")
+    assert pages[0] == "book/intro"
+    assert {"book/tiling_online_softmax", "book/glossary", "book/references", "book/api"} <= set(pages)
+    for p in pages:
+        assert (ROOT / f"{p}.md").exists() or (ROOT / f"{p}.ipynb").exists(), p
+
+
+def _site(tmp_path: Path, pages: dict[str, str]) -> Path:
+    for name, body in pages.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"<html><body>{body}</body></html>")
+    return tmp_path
+
+
+def test_check_links_accepts_good_links_and_ignores_external(tmp_path):
+    site = _site(tmp_path, {"index.html": '<a href="book/a.html#sec">a</a> <a href="https://x.org/y">x</a>',
+                            "book/a.html": '<h1 id="sec">A</h1><a href="../index.html">up</a><a href="#sec">self</a>'})
+    assert check_links(site) == []
+
+
+def test_check_links_reports_missing_file_and_missing_anchor(tmp_path):
+    site = _site(tmp_path, {"index.html": '<a href="book/nope.html">1</a> <a href="book/a.html#gone">2</a>',
+                            "book/a.html": '<h1 id="sec">A</h1>'})
+    problems = check_links(site)
+    assert len(problems) == 2
+    assert any("broken link 'book/nope.html'" in p for p in problems)
+    assert any("broken anchor 'book/a.html#gone'" in p for p in problems)
+
+
+def test_every_notebook_has_the_current_colab_cell():
+    assert colab_cell.main(["--check"]) == 0
+    src = colab_cell.cell_source()
+    url, branch = colab_cell.repository()
+    assert f"git+{url}@{branch}" in src and '"google.colab" in sys.modules' in src
+
+
+def test_colab_cell_check_catches_a_notebook_without_it(tmp_path):
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# T"]}], "metadata": {},
+          "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb))
+    assert colab_cell.stale(path)
+    assert colab_cell.update(path) and not colab_cell.stale(path)
+    cells = json.loads(path.read_text())["cells"]
+    assert cells[1]["metadata"]["tags"] == ["remove-cell"]
+    assert not colab_cell.update(path)           # idempotent
+
+
+def test_web_assets_rejects_a_download_with_the_wrong_integrity(monkeypatch, tmp_path):
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w:gz") as tar:
+        data = b"console.log(1)"
+        info = tarfile.TarInfo("package/dist/embed.js")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    class Response(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(web_assets.urllib.request, "urlopen", lambda url, timeout: Response(payload.getvalue()))
+    monkeypatch.setattr(web_assets, "VENDOR", tmp_path)
+    asset = web_assets.Asset("@scope/pkg", "1.0.0", "sha512-AAAA", ("dist/",), (".map",), "pkg")
+    assert asset.url == "https://registry.npmjs.org/@scope/pkg/-/pkg-1.0.0.tgz"
+    with pytest.raises(RuntimeError, match="sha512 of the download"):
+        web_assets.fetch(asset)
+    assert not web_assets.is_current(asset)
+
+
+def test_book_ext_dedupes_inline_scripts_in_place():
+    from sphinx.builders.html._assets import _JavaScript
+    scripts = [_JavaScript(None, body="const A = 1"), _JavaScript("x.js"), _JavaScript("", body="const A = 1"),
+               _JavaScript("x.js", **{"async": "async"})]
+    context = {"script_files": scripts}
+    book_ext.dedupe_scripts(None, "p", "page.html", context, None)
+    assert context["script_files"] is scripts                 # the builder's own list, mutated
+    assert [str(s.filename or "") for s in scripts] == ["", "x.js", "x.js"]
+
+
+def test_animation_html_adds_alt_and_drops_the_cdn_icon_font():
+    import matplotlib
+    matplotlib.use("Agg")
+    from flashlab.viz import animation_html
+    from flashlab.widgets import tile_walk_animation
+    anim = tile_walk_animation(4, 4, 2, 2, dpi=30)
+    html = animation_html(anim, alt="a <walk>", caption="cap").data
+    assert 'alt="a &lt;walk&gt;"' in html and "<figcaption>cap</figcaption>" in html
+    assert "font-awesome" not in html and 'class="fa' not in html
+    with pytest.raises(ValueError, match="alt"):
+        animation_html(anim, alt=" ")
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+@pytest.mark.parametrize("page", CHAPTERS + ["book/api"])
+def test_every_figure_has_alt_text(page):
+    for i, cell in enumerate(_cells(ROOT / f"{page}.ipynb")):
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        if images:
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            assert len(alt.strip()) >= 20, f"{page} cell {i}: an image output without alt text (mystnb.image.alt)"
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_every_chapter_has_goals_summary_and_exercises(page):
+    cells = _cells(ROOT / f"{page}.ipynb")
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "Learning goals" in text[:3000], f"{page}: no learning goals at the top"
+    assert "## Summary" in text and "## Exercises" in text
+    assert text.index("## Summary") < text.index("## Exercises")
+    exercises = text[text.index("## Exercises"):]
+    # each exercise has its solution collapsed: a dropdown admonition, or a hidden code cell
+    solutions = exercises.count(":class: dropdown") + exercises.count("Solution (click to expand)")
+    assert 3 <= solutions <= 5, f"{page}: {solutions} exercises with solutions (issue #7: 2-4, plus a coding one)"
+    hidden = [c for c in cells if "hide-cell" in c["metadata"].get("tags", [])]
+    assert hidden and all(c["metadata"].get("jupyter", {}).get("source_hidden") for c in hidden)
+    assert any("check_" in "".join(c["source"]) for c in hidden), f"{page}: no coding exercise with a checker"
+
+
+def test_exercise_checkers_are_exported():
+    import flashlab.exercises as ex
+    checkers = [n for n in dir(ex) if n.startswith("check_")]
+    assert len(checkers) >= 10
+    assert set(checkers) <= set(ex.__all__)
+    assert all(callable(getattr(ex, n)) for n in checkers)
+    assert np.all([getattr(ex, n).__doc__ for n in checkers])
