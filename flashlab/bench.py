@@ -99,6 +99,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from flashlab.api import BACKWARD_BLOCK, FORWARD_BLOCK
 from flashlab.cost import (attention_backward_flops, attention_flops, mla_backward_steps,
                            mla_forward_steps)
 
@@ -123,7 +124,8 @@ class BenchConfig:
 
     - ``sizes``, ``shapes``, ``causal``: attention cases: N (= Sq = Sk), (Dqk, Dv) pairs,
       causal or not;
-    - ``batch``, ``heads``, ``block``: B, H and flashlab's (block_q, block_k);
+    - ``batch``, ``heads``: B and H; ``block``, ``backward_block``: flashlab's (block_q,
+      block_k) for the forward cases and for the backward cases (the API's defaults);
     - ``baselines``: which of :data:`BASELINES` to run (torch ones are skipped if torch is
       missing);
     - ``repeats``, ``max_timed_seconds``: timed calls per case after the warm-up (see the
@@ -147,7 +149,8 @@ class BenchConfig:
     causal: tuple[bool, ...] = (False, True)
     batch: int = 1
     heads: int = 8
-    block: tuple[int, int] = (64, 64)
+    block: tuple[int, int] = FORWARD_BLOCK
+    backward_block: tuple[int, int] = BACKWARD_BLOCK
     baselines: tuple[str, ...] = BASELINES
     repeats: int = 3
     max_timed_seconds: float = 30.0
@@ -215,7 +218,7 @@ class Case:
     batch: int = 1
     heads: int = 8
     d_rope: int = 0
-    block: tuple[int, int] = (64, 64)
+    block: tuple[int, int] = FORWARD_BLOCK
 
     def __post_init__(self):
         known = IMPLEMENTATIONS + tuple(f"mla:{f}" for f in MLA_DATAFLOWS)
@@ -242,7 +245,7 @@ class Case:
     @classmethod
     def from_dict(cls, d: dict) -> "Case":
         d = {k: d[k] for k in (f.name for f in dataclasses.fields(cls)) if k in d}
-        return cls(**{**d, "block": tuple(d.get("block", (64, 64)))})
+        return cls(**{**d, "block": tuple(d.get("block", FORWARD_BLOCK))})
 
 
 # ------------------------------------------------------------------------------------ inputs
@@ -634,7 +637,7 @@ def attention_cases(config: BenchConfig) -> list[Case]:
     """The main section's cases, by N, then shape, causal, implementation and direction."""
     impls = ("flashlab",) + tuple(b for b in BASELINES if b in config.baselines)
     return [Case(impl, direction, n, d_qk, d_v, causal, config.batch, config.heads,
-                 block=tuple(config.block))
+                 block=tuple(config.block if direction == "forward" else config.backward_block))
             for n in config.sizes for d_qk, d_v in config.shapes for causal in config.causal
             for impl in impls for direction in DIRECTIONS
             if direction == "forward" or impl in HAS_BACKWARD]
@@ -645,11 +648,12 @@ def mla_cases(config: BenchConfig) -> list[Case]:
     192/128 kernel and torch SDPA on the concatenated operands (non-causal)."""
     dn, dr, dv = config.mla_dims
     cases = [Case(f"mla:{flow}", direction, s, dn, dv, False, config.batch, config.mla_heads,
-                  d_rope=dr, block=tuple(config.block))
+                  d_rope=dr,
+                  block=tuple(config.block if direction == "forward" else config.backward_block))
              for s in config.mla_sizes for flow in MLA_DATAFLOWS for direction in DIRECTIONS]
     impls = ("flashlab",) + (("torch_sdpa",) if "torch_sdpa" in config.baselines else ())
     cases += [Case(impl, direction, s, dn + dr, dv, False, config.batch, config.mla_heads,
-                   block=tuple(config.block))
+                   block=tuple(config.block if direction == "forward" else config.backward_block))
               for s in config.mla_sizes for impl in impls for direction in DIRECTIONS]
     return cases
 
@@ -999,7 +1003,9 @@ def to_markdown(result: dict) -> str:
              f"figures.", "",
              f"Cases: B={cfg.batch}, H={cfg.heads}, float32, N in {list(cfg.sizes)}, Dqk/Dv in "
              f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
-             f"blocks {cfg.block[0]}x{cfg.block[1]}; time: the median of up to {cfg.repeats} "
+             f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "
+             f"{cfg.backward_block[0]}x{cfg.backward_block[1]} backward; "
+             f"time: the median of up to {cfg.repeats} "
              f"timed call(s) after a warm-up call"
              + ("; the implementations of a shape timed in turn, round by round"
                 if result.get("timing") == "interleaved" else

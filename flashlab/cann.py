@@ -614,7 +614,8 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                           padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
                           pre_tokens=INT32_MAX, next_tokens=INT32_MAX, inner_precise=0,
                           prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
-                          sparse_mode=0, query_rope=None, key_rope=None, block_q=64, block_k=64):
+                          sparse_mode=0, query_rope=None, key_rope=None,
+                          block_q=api.FORWARD_BLOCK[0], block_k=api.FORWARD_BLOCK[1]):
     """``FlashAttentionScore`` (``torch_npu.npu_fusion_attention``) forward, on flashlab's kernel.
 
     Parameters
@@ -699,7 +700,8 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
                                atten_mask=None, scale=1.0, keep_prob=1.0, pre_tokens=INT32_MAX,
                                next_tokens=INT32_MAX, inner_precise=0, prefix=None,
                                actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
-                               query_rope=None, key_rope=None, block_q=64, block_k=64):
+                               query_rope=None, key_rope=None, block_q=api.BACKWARD_BLOCK[0],
+                               block_k=api.BACKWARD_BLOCK[1]):
     """``FlashAttentionScoreGrad``: ``(dq, dk, dv)`` in the input layout, from the forward's outputs.
 
     The backward recomputes P from the saved statistics (CANN docs, *FlashAttentionScoreGrad*):
