@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv assets book check-site test pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site handout test pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
@@ -16,6 +16,7 @@ help:
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
 	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets;"
 	@echo "            screenshots in _build/screenshots/ (needs Debian's chromium)"
+	@echo "make handout  students' notebooks without solutions or outputs, in _build/handout/"
 	@echo "make lab    open the chapters in JupyterLab"
 	@echo "make bench  benchmark flashlab against numpy naive and torch SDPA (installs"
 	@echo "            requirements-bench.txt; N up to 16384: about an hour, ~11 GB free memory)"
@@ -44,6 +45,9 @@ book: assets
 
 check-site: book
 	$(BIN)/python tools/check_site.py
+
+handout: $(STAMP)
+	$(BIN)/python tools/handout.py
 
 CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
 

@@ -149,3 +149,17 @@ def test_exercise_checkers_are_exported():
     assert set(checkers) <= set(ex.__all__)
     assert all(callable(getattr(ex, n)) for n in checkers)
     assert np.all([getattr(ex, n).__doc__ for n in checkers])
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_handout_removes_every_solution_and_output(page):
+    from tools.handout import strip_solutions
+    nb = json.loads((ROOT / f"{page}.ipynb").read_text())
+    handout, removed = strip_solutions(nb)
+    assert removed >= 3
+    text = "\n".join("".join(c["source"]) for c in handout["cells"])
+    assert "admonition} Solution" not in text and "Solution (click to expand)" not in text
+    assert not any(c.get("outputs") for c in handout["cells"] if c["cell_type"] == "code")
+    assert "## Exercises" in text and "check_" in text           # the tasks and starters stay
+    assert len(handout["cells"]) == len(nb["cells"]) - sum(
+        "hide-cell" in c["metadata"].get("tags", []) for c in nb["cells"])
