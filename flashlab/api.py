@@ -15,14 +15,15 @@ from flashlab.kernels.forward import flash_forward_kernel
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 
-#: default (block_q, block_k) of the forward. Measured on this 2-core machine (B=1, H=8, fp32,
-#: interleaved runs, ratios to torch SDPA in the same run): D=128, N=4096: 64x64 0.77x,
-#: 128x128 0.85x, 256x64 0.86-0.92x, 256x128 0.95x; QK 192/V 128, N=8192: 64x64 2.1x,
-#: 128x128 2.6x, 256x128 2.85x. A taller q-block re-reads K/V from memory fewer times
+#: The forward's default tile sizes ``(block_q, block_k)``. Measured on this 2-core machine
+#: (B=1, H=8, fp32, interleaved runs, speed relative to torch SDPA in the same run): D=128,
+#: N=4096: 64x64 0.77x, 128x128 0.85x, 256x64 0.86-0.92x, 256x128 0.95x; QK 192 / V 128,
+#: N=8192: 64x64 2.1x, 128x128 2.6x, 256x128 2.85x. A taller q-block re-reads K/V from memory fewer times
 #: (once per 256 query rows instead of 64) and gives BLAS larger gemms; 256x128 float32 tiles
 #: (128 KiB score tile + 128 KiB accumulator) still fit a core's 1 MiB L2.
 FORWARD_BLOCK = (256, 128)
-#: default (block_q, block_k) of the backward (64x64: 1.05x torch's backward at N=2048, D=128)
+#: The backward's default tile sizes ``(block_q, block_k)``; with 64 x 64 the backward ran at
+#: 1.05x torch's backward throughput at N=2048, D=128.
 BACKWARD_BLOCK = (64, 64)
 
 
