@@ -318,27 +318,13 @@ def test_band_mask_generic():
 
 
 def tile_with(mistake):
-    """tile_class rewritten in Python with one planted mistake."""
+    """tile_class with one planted mistake: the checker's own variant (``None``: no mistake),
+    so the planted function and the answer the checker predicts for it are one definition;
+    ``test_tile_class_right`` checks the mistake-free variant against the Numba original."""
+    from flashlab.exercises.foundations import _tile_variant
+
     def fn(i0, i1, j0, j1, left, right):
-        if mistake == "no_negative_band":
-            neg = False
-        else:
-            neg = left + right < 0
-        if mistake == "empty_exclusive_ends":
-            empty = j0 > i1 + right or j1 < i0 - left
-        elif mistake == "empty_wrong_corners":
-            empty = j0 > i0 + right or j1 - 1 < i1 - 1 - left
-        else:
-            empty = j0 > i1 - 1 + right or j1 - 1 < i0 - left
-        if neg or empty:
-            return EMPTY
-        if mistake == "full_exclusive_ends":
-            full = j0 >= i1 - left and j1 <= i0 + right
-        elif mistake == "full_wrong_corners":
-            full = j0 >= i0 - left and j1 - 1 <= i1 - 1 + right
-        else:
-            full = j0 >= i1 - 1 - left and j1 - 1 <= i0 + right
-        return FULL if full else PARTIAL
+        return _tile_variant(i0, i1, j0, j1, left, right, mistake)
     return fn
 
 
