@@ -100,8 +100,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flashlab.api import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.cost import (attention_backward_flops, attention_flops, mla_backward_steps,
-                           mla_forward_steps)
+from flashlab.cost import (attention_backward_flops, attention_flops, flash_backward_intensity,
+                           mla_backward_steps, mla_forward_steps, operation_intensities)
 
 #: the attention implementations of the main section
 IMPLEMENTATIONS = ("flashlab", "numpy_naive", "torch_sdpa")
@@ -599,6 +599,30 @@ def torch_uses_math_path(d_qk: int, d_v: int) -> bool:
     its flash kernel needs equal QK and V head dims (measured with torch 2.13: 192/128 falls
     back). Used only to estimate memory."""
     return d_qk != d_v
+
+
+def torch_flash_block_q(n: int) -> int:
+    """Query-block rows of PyTorch's CPU flash kernel for a sequence of ``n``: 256 once
+    ``n >= 768``, 64 from 192, else 32 (``flash_attention_kernel_impl`` in PyTorch's
+    ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``)."""
+    return 256 if n >= 768 else 64 if n >= 192 else 32
+
+
+def model_intensity(row: dict, elem: int = 4) -> float:
+    """Model arithmetic intensity (FLOP/byte, :mod:`flashlab.cost`) of one result row.
+
+    numpy naive, and torch SDPA on its math path, are standard attention (S and P through
+    main memory); flashlab and torch's flash kernel are the fused forward (K, V read once per
+    query block of ``block_q`` rows: flashlab's from the row, torch's
+    :func:`torch_flash_block_q`) and the recomputation backward.
+    """
+    n, d_qk, d_v = row["n"], row["d_qk"], row["d_v"]
+    if row["impl"] == "numpy_naive" or (row["impl"] == "torch_sdpa" and torch_uses_math_path(d_qk, d_v)):
+        return operation_intensities(n, n, d_qk, d_v, elem=elem)["standard attention"]
+    block_q = row["block"][0] if row["impl"] == "flashlab" else torch_flash_block_q(n)
+    if row["direction"] == "forward":
+        return operation_intensities(n, n, d_qk, d_v, block_q=block_q, elem=elem)["FlashAttention (fused)"]
+    return flash_backward_intensity(n, n, d_qk, d_v, block_q=block_q, elem=elem)
 
 
 def estimated_bytes(case: Case) -> int:

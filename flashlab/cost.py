@@ -173,6 +173,20 @@ def operation_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_
             operation_costs(seq_q, seq_k, d_qk, d_v, block_q=block_q, elem=elem).items()}
 
 
+def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
+                             elem: int = 4) -> float:
+    """Arithmetic intensity (FLOP/byte) of the tiled recomputation backward (model).
+
+    FLOPs: :func:`attention_backward_flops`, five products per tile. Main-memory elements:
+    ``Q, dQ`` (Sq x Dqk) and ``O, dO`` (Sq x Dv) once; per q-block (``n_qb = ceil(Sq /
+    block_q)`` of them) ``K, V`` read and the ``dK, dV`` accumulators read and written:
+    ``Sq (2 Dqk + 2 Dv) + 3 n_qb Sk (Dqk + Dv)``, times ``elem`` bytes.
+    """
+    n_qb = _cdiv(seq_q, block_q)
+    elements = seq_q * (2 * d_qk + 2 * d_v) + 3 * n_qb * seq_k * (d_qk + d_v)
+    return attention_backward_flops(seq_q, seq_k, d_qk, d_v) / (elem * elements)
+
+
 # ------------------------------------------------------------------------------------------
 # MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
 # ------------------------------------------------------------------------------------------
