@@ -270,7 +270,7 @@ def test_attention_flops_raises_and_nan():
 def test_feedback_is_deterministic():
     # the notebooks store the feedback as output: the same function must give the same text
     assert str(check_rope(lambda x, p: x)) == str(check_rope(lambda x, p: x))
-    assert check_mla_scores(mla_scores)._repr_markdown_().startswith("✅ **Correct**")
+    assert check_mla_scores(mla_scores)._repr_markdown_().startswith("✓ **Correct**")
 
 
 def test_checkers_reject_a_non_callable():

@@ -42,7 +42,7 @@ class Feedback:
         p.text(str(self))
 
     def _repr_markdown_(self) -> str:
-        mark = "✅ **Correct**" if self.passed else "❌ **Not yet**"
+        mark = "✓ **Correct**" if self.passed else "✗ **Not yet**"   # in every font, unlike emoji
         return f"{mark} ({self.exercise}): {self.message}"
 
 
@@ -66,8 +66,9 @@ def call_student(exercise: str, fn: Callable[..., Any], *args, **kwargs) -> tupl
         return fn(*args, **kwargs), None
     except Exception as exc:                      # the reader's code: report, don't crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return None, Feedback(exercise, False,
-                              f"your function raised {type(exc).__name__}: {exc} "
+                              f"your function raised {what} "
                               f"(line {where.lineno}: `{(where.line or '').strip()}`)", "raised")
 
 
