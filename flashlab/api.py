@@ -22,9 +22,10 @@ _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 #: (once per 256 query rows instead of 64) and gives BLAS larger gemms; 256x128 float32 tiles
 #: (128 KiB score tile + 128 KiB accumulator) still fit a core's 1 MiB L2.
 FORWARD_BLOCK = (256, 128)
-#: The backward's default tile sizes ``(block_q, block_k)``; with 64 x 64 the backward ran at
-#: 1.05x torch's backward throughput at N=2048, D=128.
-BACKWARD_BLOCK = (64, 64)
+#: The backward's default tile sizes ``(block_q, block_k)``. Measured like the forward's,
+#: backward at D=128, N=2048 against torch SDPA's backward in the same run: 64x64 0.80x,
+#: 128x64 0.94x, 128x128 0.99x (in an earlier run, with torch slower, 64x64 gave 1.05x).
+BACKWARD_BLOCK = (128, 128)
 
 
 def compute_dtype(dtype: np.dtype) -> type:
@@ -205,7 +206,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, w
     q, k, v, scale, causal, window, mask, q_rope, k_rope : as in :func:`flash_attention`,
         and they must be the ones the forward was called with
     block_q, block_k : the backward's tile sizes (any; default :data:`BACKWARD_BLOCK`,
-        64 x 64), independent of the forward's
+        128 x 128), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)
