@@ -252,9 +252,18 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
         cdp.events.clear()
         cdp.send("Page.navigate", {"url": url}, session=session)
         problems = [] if cdp.wait_event("Page.loadEventFired", session, 60) else ["page did not finish loading in 60 s"]
-        cdp.drain(settle)                      # widget manager and MathJax render after load
-        probe = cdp.send("Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True},
-                         session=session)["result"]["value"]
+        # the widget manager and MathJax render after load: wait ``settle`` seconds, then poll
+        # until both are done (or 20 s more passed, on a loaded machine), and report what is left
+        cdp.drain(settle)
+        deadline = time.monotonic() + 20
+        while True:
+            probe = cdp.send("Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True},
+                             session=session)["result"]["value"]
+            rendered = ((not probe["mathSources"] or probe["mathTypeset"])
+                        and not probe["emptyWidgetViews"])
+            if rendered or time.monotonic() > deadline:
+                break
+            cdp.drain(0.5)
         problems += _event_errors(cdp.events, session)
         problems += [f"missing image: {src}" for src in probe["brokenImages"]]
         problems += [f"image without alt text: {src}" for src in probe["noAlt"]]
@@ -282,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--html", type=Path, default=ROOT / "_build" / "html")
     ap.add_argument("--screenshots", type=Path, default=ROOT / "_build" / "screenshots")
     ap.add_argument("--only", default="", help="comma-separated page names (default: every TOC page)")
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds to let scripts render after load")
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds to let scripts render after load (then it polls up to 20 s more)")
     ap.add_argument("--max-height", type=int, default=6000, help="screenshot height cap in pixels")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     args = ap.parse_args(argv)
