@@ -33,7 +33,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# -W: warnings are errors; -n: nitpicky references; --keep-going: report every problem.
+# -W: warnings are errors; -n: nitpicky references; --keep-going: report every problem;
+# --all: re-read every page (every notebook is re-executed anyway; a build left over from an
+# older configuration otherwise keeps stale state, e.g. a bibliography it never loaded).
 # Without -W a notebook that raises still "builds" and exits 0.
 # MathJax and the widget manager, fetched once from the npm registry into _vendor/ (git-ignored)
 # and served by the site from _static/, so the book needs no CDN (tools/web_assets.py)
@@ -41,7 +43,7 @@ assets: $(STAMP)
 	$(BIN)/python tools/web_assets.py
 
 book: assets
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 check-site: book
 	$(BIN)/python tools/check_site.py
