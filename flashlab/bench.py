@@ -182,6 +182,10 @@ class BenchConfig:
         if not 0 < self.memory_headroom <= 1:
             raise ValueError(f"memory_headroom must be in (0, 1]; got {self.memory_headroom}")
 
+    def block_for(self, direction: str) -> tuple[int, int]:
+        """flashlab's ``(block_q, block_k)`` for cases of ``direction``."""
+        return tuple(self.block if direction == "forward" else self.backward_block)
+
     @classmethod
     def from_dict(cls, d: dict) -> "BenchConfig":
         """The inverse of ``dataclasses.asdict`` (JSON turns tuples into lists)."""
@@ -661,7 +665,7 @@ def attention_cases(config: BenchConfig) -> list[Case]:
     """The main section's cases, by N, then shape, causal, implementation and direction."""
     impls = ("flashlab",) + tuple(b for b in BASELINES if b in config.baselines)
     return [Case(impl, direction, n, d_qk, d_v, causal, config.batch, config.heads,
-                 block=tuple(config.block if direction == "forward" else config.backward_block))
+                 block=config.block_for(direction))
             for n in config.sizes for d_qk, d_v in config.shapes for causal in config.causal
             for impl in impls for direction in DIRECTIONS
             if direction == "forward" or impl in HAS_BACKWARD]
@@ -673,11 +677,11 @@ def mla_cases(config: BenchConfig) -> list[Case]:
     dn, dr, dv = config.mla_dims
     cases = [Case(f"mla:{flow}", direction, s, dn, dv, False, config.batch, config.mla_heads,
                   d_rope=dr,
-                  block=tuple(config.block if direction == "forward" else config.backward_block))
+                  block=config.block_for(direction))
              for s in config.mla_sizes for flow in MLA_DATAFLOWS for direction in DIRECTIONS]
     impls = ("flashlab",) + (("torch_sdpa",) if "torch_sdpa" in config.baselines else ())
     cases += [Case(impl, direction, s, dn + dr, dv, False, config.batch, config.mla_heads,
-                   block=tuple(config.block if direction == "forward" else config.backward_block))
+                   block=config.block_for(direction))
               for s in config.mla_sizes for impl in impls for direction in DIRECTIONS]
     return cases
 

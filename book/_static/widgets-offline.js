@@ -28,7 +28,7 @@
             "(in a live notebook its controls redraw this picture)";
 
   function labelImages(root) {
-    var imgs = root.querySelectorAll ? root.querySelectorAll(".jupyter-widgets img, .widget-output img") : [];
+    var imgs = root.querySelectorAll(".jupyter-widgets img, .widget-output img");
     imgs.forEach(function (img) {
       if (!img.getAttribute("alt")) img.setAttribute("alt", ALT);
     });
@@ -37,7 +37,18 @@
   addHub();
   document.addEventListener("DOMContentLoaded", function () {
     addHub();
-    new MutationObserver(function () { labelImages(document); })
-      .observe(document.body, { childList: true, subtree: true });
+    // only the nodes each mutation adds are scanned (MathJax also mutates the page, a lot)
+    new MutationObserver(function (records) {
+      records.forEach(function (r) {
+        r.addedNodes.forEach(function (node) {
+          if (node.nodeType !== 1) return;
+          if (node.tagName === "IMG" && node.closest(".jupyter-widgets, .widget-output")) {
+            if (!node.getAttribute("alt")) node.setAttribute("alt", ALT);
+          } else {
+            labelImages(node);
+          }
+        });
+      });
+    }).observe(document.body, { childList: true, subtree: true });
   });
 })();

@@ -13,7 +13,7 @@ import math
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from flashlab.pipeline.hardware import HardwareProfile, MemoryLevel, Param, params
-from flashlab.viz.style import PALETTE, markdown_table, new_figure
+from flashlab.viz.style import PALETTE, figure_for, markdown_table
 
 
 def format_bytes(n: float) -> str:
@@ -78,10 +78,7 @@ def draw_pyramid(profile: HardwareProfile, levels: list[str] | None = None, *, a
     if not isinstance(profile, HardwareProfile):
         raise TypeError(f"profile must be a HardwareProfile; got {type(profile).__name__}")
     chosen = [profile.memory(n) for n in levels] if levels else list(profile.memories)
-    if ax is None:
-        fig, ax = new_figure(7.5, 0.75 * len(chosen) + 0.9)
-    else:
-        fig = ax.figure
+    fig, ax = figure_for(ax, 7.5, 0.75 * len(chosen) + 0.9)
     n = len(chosen)
     for row, level in enumerate(chosen):
         y = n - 1 - row
@@ -137,10 +134,7 @@ def draw_ai_core(profile: HardwareProfile, *, ax=None,
     missing = {p for path in profile.paths for p in (path.src, path.dst)} - set(layout)
     if missing:
         raise ValueError(f"layout has no position for {sorted(missing)} of {profile.name}")
-    if ax is None:
-        fig, ax = new_figure(8, 6.4)
-    else:
-        fig = ax.figure
+    fig, ax = figure_for(ax, 8, 6.4)
 
     # the two kinds of core, as dashed frames
     n_aiv = next((int(m.count.value) for m in profile.memories if m.name == "UB"), 1)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flashlab.viz.style import PALETTE, SERIES, new_figure
+from flashlab.viz.style import PALETTE, SERIES, figure_for
 
 #: colour of each implementation of :mod:`flashlab.bench`
 IMPL_COLORS: dict[str, str] = {"flashlab": SERIES[0], "numpy_naive": SERIES[1],
@@ -72,10 +72,7 @@ def plot_roofline_fraction(ridges: Mapping[str, float], points: Sequence[Rooflin
         if not (lo <= p.intensity <= hi and p.fraction > 0):
             raise ValueError(f"point {p.label!r}: intensity {p.intensity:.3g} must lie in "
                              f"{intensity_range} and fraction {p.fraction:.3g} must be > 0")
-    if ax is None:
-        fig, ax = new_figure(7, 4.2)
-    else:
-        fig = ax.figure
+    fig, ax = figure_for(ax, 7, 4.2)
     x = np.logspace(np.log10(lo), np.log10(hi), 400)
     first = next(iter(ridges.values()))
     for k, (label, ridge) in enumerate(ridges.items()):

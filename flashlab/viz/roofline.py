@@ -13,7 +13,7 @@ import numpy as np
 
 from flashlab.cost import operation_intensities
 from flashlab.pipeline.hardware import HardwareProfile, ridge_point, roofline
-from flashlab.viz.style import PALETTE, SERIES, new_figure
+from flashlab.viz.style import PALETTE, SERIES, figure_for
 
 #: marker per operation name of :func:`flashlab.cost.operation_costs`; others get "o"
 MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
@@ -52,10 +52,7 @@ def plot_roofline(profiles: Sequence[HardwareProfile], operations: Mapping[str, 
             raise ValueError(f"operation {name!r} has intensity {i:.3g}, "
                              f"outside intensity_range {intensity_range}")
 
-    if ax is None:
-        fig, ax = new_figure(7, 4.2)
-    else:
-        fig = ax.figure
+    fig, ax = figure_for(ax, 7, 4.2)
     x = np.logspace(np.log10(lo), np.log10(hi), 400)
     y_floor = min(roofline(p, lo) for p in profiles) / 1e12
     roofs = []

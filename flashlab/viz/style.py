@@ -70,6 +70,14 @@ def new_figure(w: float = 6.0, h: float = 4.0, *, nrows: int = 1, ncols: int = 1
     return fig, ax
 
 
+def figure_for(ax, w: float, h: float):
+    """``(fig, ax)``: ``ax`` and its figure, or, when ``ax`` is None, a new ``w x h`` book figure
+    with one axes (the drawing functions take an optional ``ax`` to draw into a panel)."""
+    if ax is None:
+        return new_figure(w, h)
+    return ax.figure, ax
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     """A Markdown (MyST) table: ``header`` names the columns, each row is a list of cells
     (already formatted as strings, or anything ``str()`` turns into one). Chapters show it
