@@ -21,8 +21,10 @@ What is measured for each case
       The implementations of one shape are timed **in turn**, round by round, in one process
       (:func:`time_interleaved`), so that a change of load on the shared machine hits them
       alike; rounds stop once the timed calls add up to ``max_timed_seconds`` per case (at
-      least one round). The backward times the backward alone (the forward's outputs are
-      ready).
+      least one round); the full suite pauses ``settle_seconds`` (1 s) before each timed
+      call, so that one implementation's after-effects (GBs returned to the OS) do not land
+      in the next one's time. The backward times the backward alone (the forward's outputs
+      are ready).
     * **GFLOP/s**: the matmul FLOPs of the case over its time, the same count for every
       implementation of a case, so GFLOP/s ratios are time ratios:
       :func:`flashlab.cost.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and
@@ -130,6 +132,7 @@ class BenchConfig:
       missing);
     - ``repeats``, ``max_timed_seconds``: timed calls per case after the warm-up (see the
       module doc);
+    - ``settle_seconds``: a pause before each timed call (see :func:`time_interleaved`);
     - ``max_call_seconds``: skip a case predicted to take longer than this per call;
     - ``memory_sizes``, ``memory_causal``: N (``None``: every N) and causal values of the
       attention cases that run in a fresh process and measure peak extra memory; the other
@@ -154,6 +157,7 @@ class BenchConfig:
     baselines: tuple[str, ...] = BASELINES
     repeats: int = 3
     max_timed_seconds: float = 30.0
+    settle_seconds: float = 0.0
     max_call_seconds: float = 300.0
     memory_sizes: tuple[int, ...] | None = None
     memory_causal: tuple[bool, ...] = (False, True)
@@ -175,6 +179,8 @@ class BenchConfig:
         for b in self.baselines:
             if b not in BASELINES:
                 raise ValueError(f"baselines must be a subset of {BASELINES}; got {self.baselines!r}")
+        if not 0 <= self.settle_seconds <= 60:
+            raise ValueError(f"settle_seconds must be in [0, 60]; got {self.settle_seconds}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1; got {self.repeats}")
         if self.first_call not in ("compile", "cache", None):
@@ -194,8 +200,9 @@ class BenchConfig:
         return cls(**{k: tup(v) for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}})
 
 
-#: ``make bench``: B=1, H=8, fp32, N 1024..16384, D=128 and 192/128, causal and not
-FULL = BenchConfig()
+#: ``make bench``: B=1, H=8, fp32, N 1024..16384, D=128 and 192/128, causal and not; a 1 s
+#: pause before each timed call
+FULL = BenchConfig(settle_seconds=1.0)
 #: ``make bench-quick`` (under 2 minutes): N 1024 and 2048, one timed call after the warm-up,
 #: memory at N=1024 non-causal only, MLA at S=1024 without memory, a 2048^3 matmul, no
 #: compile timing
@@ -494,7 +501,8 @@ def _matmul_operands(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: float = 30.0,
-                     matmul_n: int = 4096) -> tuple[dict[Case, dict], dict]:
+                     matmul_n: int = 4096, settle_seconds: float = 0.0
+                     ) -> tuple[dict[Case, dict], dict]:
     """Time ``cases`` (one shape, several implementations) together in this process.
 
     Every case, and numpy's float32 ``(matmul_n)^2`` matmul, gets one warm-up call; then
@@ -502,6 +510,12 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     ``repeats`` rounds, none once the cases' timed calls add up to ``max_timed_seconds`` per
     case (at least one round). Interleaved this way, a change of load on a shared machine
     hits every implementation and the matmul alike, so their ratios stay meaningful.
+
+    ``settle_seconds``: an untimed pause before every timed call. A call pays for what the
+    call before it left behind: right after numpy naive's N=8192 forward (GBs allocated and
+    returned to the OS), flashlab's causal forward took 1.03-1.07 s against 0.94-0.98 s
+    three seconds later, and its non-causal forward +2-3 %: the same absolute cost, so it
+    inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
 
     Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
     the second the matmul's; a case that raised ``MemoryError`` gets ``{"error": reason}``.
@@ -522,11 +536,13 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     while len(matmul_times) < repeats and (
             not matmul_times or sum(map(sum, times.values())) < max_timed_seconds * len(times)):
         for c in list(runners):
+            time.sleep(settle_seconds)
             try:
                 times[c].append(runners[c].once())
             except MemoryError as e:
                 del runners[c], times[c]
                 out[c] = {"error": f"MemoryError: {e}"}
+        time.sleep(settle_seconds)
         matmul_times.append(_seconds(lambda: a @ b))
     out.update({c: {"seconds": statistics.median(t), "times": t} for c, t in times.items()})
     t = statistics.median(matmul_times)
@@ -776,7 +792,8 @@ def run_group(cases: list[Case], config: BenchConfig, *, has_torch: bool,
         return rows, None
     timed, matmul = time_interleaved(to_time, repeats=config.repeats,
                                      max_timed_seconds=config.max_timed_seconds,
-                                     matmul_n=config.matmul_n)
+                                     matmul_n=config.matmul_n,
+                                     settle_seconds=config.settle_seconds)
     for c, t in timed.items():
         if "error" in t:
             rows[c].update(status="failed", reason=t["error"])

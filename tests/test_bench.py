@@ -350,3 +350,19 @@ def test_model_intensity_of_each_kind_of_row():
     assert bench.model_intensity({**row, "block": [64, 64], "impl": "flashlab", "direction": "backward"}) == \
         cost.flash_backward_intensity(4096, 4096, 128, 128, block_q=64)
     assert [bench.torch_flash_block_q(n) for n in (100, 192, 767, 768)] == [32, 64, 64, 256]
+
+
+def test_settle_pause_before_every_timed_call(monkeypatch):
+    """The pause lies outside the timed calls: one sleep before each case's call and before
+    the matmul, every round; none with the default 0 (the quick and the notebook runs)."""
+    cases = [bench.Case(impl, "forward", 32, 16, 16, heads=1, block=(16, 16))
+             for impl in ("flashlab", "numpy_naive")]
+    slept = []
+    monkeypatch.setattr(bench.time, "sleep", slept.append)
+    timed, _ = bench.time_interleaved(cases, repeats=2, max_timed_seconds=100, matmul_n=32,
+                                      settle_seconds=0.25)
+    assert slept == [0.25] * (2 * (len(cases) + 1))
+    assert all(len(timed[c]["times"]) == 2 for c in cases)
+    assert bench.FULL.settle_seconds == 1.0 and bench.QUICK.settle_seconds == 0.0
+    with pytest.raises(ValueError, match="settle_seconds"):
+        bench.BenchConfig(settle_seconds=-1)
