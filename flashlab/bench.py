@@ -896,6 +896,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
             + [{**done[c], "section": "mla"} for c in mla])
     _derive(rows)
     result["cases"] = rows
+    result["backward_over_forward"] = backward_over_forward(result)
     result["targets"] = evaluate_targets(result)
     result["load_average_end"] = os.getloadavg()
     result["duration_seconds"] = time.perf_counter() - t_start
@@ -998,6 +999,45 @@ def case_table(result: dict, *, section: str = "attention", direction: str | Non
             and (status is None or r["status"] == status)]
 
 
+def backward_over_forward(result: dict) -> list[dict]:
+    """The backward's time over the forward's, per implementation and attention shape.
+
+    One dict per (N, Dqk, Dv, causal, implementation) measured in both directions:
+    ``forward_seconds``, ``backward_seconds``, ``ratio`` (backward / forward) and
+    ``flop_ratio``, the matmul FLOPs of the backward over the forward's
+    (:func:`flashlab.cost.attention_backward_flops` / :func:`~flashlab.cost.attention_flops`:
+    ``(3 Dqk + 2 Dv) / (Dqk + Dv)``, 2.5 at equal dims, 2.6 at 192/128; causal cases of flashlab
+    also by the two directions' tile fractions, which differ with their block sizes). The
+    backward is timed alone (its forward's outputs ready), so ``ratio`` near ``flop_ratio``
+    means both directions run their matmuls equally fast.
+    """
+    by_key: dict[tuple, dict[str, dict]] = {}
+    for r in case_table(result):
+        key = (r["n"], r["d_qk"], r["d_v"], r["causal"], r["impl"])
+        by_key.setdefault(key, {})[r["direction"]] = r
+    out = []
+    for (n, d_qk, d_v, causal, impl), rows in by_key.items():
+        if set(rows) != set(DIRECTIONS):
+            continue
+        fwd, bwd = rows["forward"], rows["backward"]
+        out.append({"n": n, "d_qk": d_qk, "d_v": d_v, "causal": causal, "impl": impl,
+                    "forward_seconds": fwd["seconds"], "backward_seconds": bwd["seconds"],
+                    "ratio": bwd["seconds"] / fwd["seconds"],
+                    "flop_ratio": bwd["flops"] / fwd["flops"]})
+    return out
+
+
+def _backward_over_forward_table(result: dict) -> list[str]:
+    lines = ["| N | Dqk/Dv | causal | implementation | forward (ms) | backward (ms) "
+             "| backward / forward | matmul FLOPs ratio |", "|---:|---|---|---|---:|---:|---:|---:|"]
+    for r in backward_over_forward(result):
+        lines.append(f"| {r['n']} | {r['d_qk']}/{r['d_v']} | {'yes' if r['causal'] else 'no'} "
+                     f"| {r['impl']} | {r['forward_seconds'] * 1e3:.1f} "
+                     f"| {r['backward_seconds'] * 1e3:.1f} | {r['ratio']:.2f} "
+                     f"| {r['flop_ratio']:.2f} |")
+    return lines
+
+
 def _fmt(x, spec: str, suffix: str = "") -> str:
     return "–" if x is None else f"{x:{spec}}{suffix}"
 
@@ -1097,6 +1137,11 @@ def to_markdown(result: dict) -> str:
                   + (" Backward: time of the backward alone; memory of a training step."
                      if direction == "backward" else ""), ""]
         lines += _attention_table(result, direction) + [""]
+    if backward_over_forward(result):
+        lines += ["## Backward / forward", "",
+                  "The backward's time (alone) over the forward's, and the ratio of their "
+                  "matmul FLOPs (2.5 at equal head dims: 5 matmuls per tile against 2).", ""]
+        lines += _backward_over_forward_table(result) + [""]
     if case_table(result, section="mla", status=None):
         dn, dr, dv = cfg.mla_dims
         lines += ["## MLA", "",

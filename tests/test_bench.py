@@ -101,6 +101,21 @@ def test_ratios_against_the_baselines(tiny_result):
     assert rect["memory_vs"] == {}  # memory not measured
 
 
+def test_backward_over_forward(tiny_result):
+    # TINY: flashlab has both directions at 2 N x 2 causal; numpy naive only the forward
+    rows = bench.backward_over_forward(tiny_result)
+    assert tiny_result["backward_over_forward"] == rows
+    assert sorted((r["n"], r["causal"]) for r in rows) == [(32, False), (32, True),
+                                                          (64, False), (64, True)]
+    for r in rows:
+        assert r["impl"] == "flashlab" and (r["d_qk"], r["d_v"]) == (24, 16)
+        fwd = bench.find_case(tiny_result, "flashlab", "forward", r["n"], 24, 16, r["causal"])
+        bwd = bench.find_case(tiny_result, "flashlab", "backward", r["n"], 24, 16, r["causal"])
+        assert r["ratio"] == pytest.approx(bwd["seconds"] / fwd["seconds"])
+        if not r["causal"]:  # 2 (3 Dqk + 2 Dv) / 2 (Dqk + Dv)
+            assert r["flop_ratio"] == pytest.approx((3 * 24 + 2 * 16) / (24 + 16))
+
+
 def test_mla_section_reuses_the_attention_case():
     # the MLA shape's flashlab 192/128 case is the attention case of the same shape
     cfg = bench.BenchConfig(sizes=(32,), shapes=((24, 16),), causal=(False,), heads=2,
@@ -118,7 +133,8 @@ def test_json_and_markdown_round_trip(tiny_result, tmp_path):
     md = bench.to_markdown(loaded)
     assert md == md_path.read_text()
     for heading in ("## Machine peak", "## Numba first call", "## Targets",
-                    "## Attention forward", "## Attention backward", "## MLA",
+                    "## Attention forward", "## Attention backward", "## Backward / forward",
+                    "## MLA",
                     "## Skipped and failed cases", "## Notes"):
         assert heading in md
     # every target is listed; none measurable at these sizes
