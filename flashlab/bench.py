@@ -144,7 +144,9 @@ class BenchConfig:
       (NoPE, RoPE, V) head dims, and the S measured in fresh processes (``None``: every S);
     - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
-      tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``.
+      tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
+    - ``simulator_tasks``: time :func:`flashlab.pipeline.simulate.bench_simulator` on about
+      this many tasks (``None``: skip).
     """
 
     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
@@ -170,6 +172,7 @@ class BenchConfig:
     matmul_n: int = 4096
     matmul_repeats: int = 3
     first_call: str | None = "compile"
+    simulator_tasks: int | None = 100_000
 
     def __post_init__(self):
         for name in ("sizes", "mla_sizes"):
@@ -208,7 +211,7 @@ FULL = BenchConfig(settle_seconds=1.0)
 #: compile timing
 QUICK = BenchConfig(sizes=(1024, 2048), repeats=1, memory_sizes=(1024,), memory_causal=(False,),
                     mla_sizes=(1024,), mla_memory_sizes=(), matmul_n=2048, matmul_repeats=3,
-                    first_call="cache")
+                    first_call="cache", simulator_tasks=20_000)
 
 
 @dataclass(frozen=True)
@@ -871,6 +874,10 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         say(f"numba first call ({'compile and ' if config.first_call == 'compile' else ''}cache load) ...")
     result["numba_first_call"] = (numba_first_call(config.first_call == "compile")
                                   if config.first_call else None)
+    if config.simulator_tasks:
+        from flashlab.pipeline.simulate import bench_simulator
+        say(f"pipeline simulator ({config.simulator_tasks} tasks) ...")
+        result["simulator"] = bench_simulator(config.simulator_tasks)
     att, mla = attention_cases(config), mla_cases(config)
     # MLA-shape attention cases the main section also has are measured once
     unique = list(dict.fromkeys(att + mla))
@@ -1125,6 +1132,15 @@ def to_markdown(result: dict) -> str:
             t = nb[what]
             lines.append(f"| {label} | {t['import_seconds']:.2f} | {t['forward_seconds']:.2f} "
                          f"| {t['backward_seconds']:.2f} |")
+    if result.get("simulator"):
+        lines += ["", "## Pipeline simulator", "",
+                  "flashlab.pipeline: building a task graph and simulating it (best of 3). The "
+                  "target is the simulation: 10^5 tasks in under a second.", "",
+                  "| graph | tasks | build (s) | simulate (s) | tasks/s simulated |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, t in result["simulator"].items():
+            lines.append(f"| {name} | {t['tasks']} | {t['build_s']:.2f} | {t['simulate_s']:.2f} "
+                         f"| {t['tasks_per_s']:,.0f} |")
     lines += ["", "## Targets", "", "```"]
     for t in result["targets"]:
         val = "" if t["value"] is None else f" {t['value']:.3g} {t['op']} {t['threshold']:.3g}:"
@@ -1175,6 +1191,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(N=16384 needs 8+ GB)")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA baseline")
     ap.add_argument("--no-mla", action="store_true", help="skip the MLA section")
+    ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
+                    "and flashlab and torch SDPA at the concatenated 192/128)")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1192,8 +1210,12 @@ def main(argv: list[str] | None = None) -> int:
         changes["naive_max_n"] = args.naive_max_n
     if args.no_torch:
         changes["baselines"] = ("numpy_naive",)
+    if args.no_mla and args.mla_only:
+        ap.error("--no-mla and --mla-only exclude each other")
     if args.no_mla:
         changes["mla_sizes"] = ()
+    if args.mla_only:
+        changes.update(sizes=(), first_call=None, simulator_tasks=None)
     config = replace(config, **changes)
     result = run_suite(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")

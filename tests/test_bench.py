@@ -21,7 +21,7 @@ TINY = bench.BenchConfig(sizes=(32, 64), shapes=((24, 16),), heads=2, block=(16,
                          baselines=("numpy_naive",), repeats=1, memory_sizes=(32,),
                          memory_causal=(False,), mla_sizes=(32,), mla_heads=2,
                          mla_dims=(16, 8, 16), mla_memory_sizes=(), matmul_n=64,
-                         matmul_repeats=1, first_call="cache")
+                         matmul_repeats=1, first_call="cache", simulator_tasks=2000)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,15 @@ def test_suite_runs_every_case(tiny_result):
     assert len(res["cases"]) == len(cases)
     assert all(r["status"] == "ok" for r in res["cases"]), \
         [(r["impl"], r["reason"]) for r in res["cases"] if r["status"] != "ok"]
-    # a line for the matmul, one for numba, one per case except the 2 the MLA section reuses
-    assert len(res["_progress"]) == 2 + len(cases) - 2
+    # a line for the matmul, one for numba, one for the simulator, one per case except the 2
+    # the MLA section reuses
+    assert len(res["_progress"]) == 3 + len(cases) - 2
+    # the simulator's timing: both graphs, about the tasks asked for
+    sim = res["simulator"]
+    assert set(sim) == {"two_stage", "flash_attention"}
+    assert sim["two_stage"]["tasks"] == 2000
+    assert all(t["simulate_s"] > 0 and t["tasks_per_s"] == pytest.approx(t["tasks"] / t["simulate_s"])
+               for t in sim.values())
     for r in res["cases"]:
         assert r["seconds"] > 0 and len(r["times"]) >= 1
         assert r["gflops"] == pytest.approx(r["flops"] / r["seconds"] / 1e9)
@@ -132,7 +139,7 @@ def test_json_and_markdown_round_trip(tiny_result, tmp_path):
     assert loaded["cases"] == json.loads(json.dumps(res["cases"]))
     md = bench.to_markdown(loaded)
     assert md == md_path.read_text()
-    for heading in ("## Machine peak", "## Numba first call", "## Targets",
+    for heading in ("## Machine peak", "## Numba first call", "## Pipeline simulator", "## Targets",
                     "## Attention forward", "## Attention backward", "## Backward / forward",
                     "## MLA",
                     "## Skipped and failed cases", "## Notes"):
@@ -347,6 +354,24 @@ def test_command_line(tmp_path, capsys):
     assert res["config"]["sizes"] == [32] and res["config"]["mla_sizes"] == []
     assert {r["impl"] for r in res["cases"]} == {"flashlab", "numpy_naive"}
     assert "# flashlab benchmark" in capsys.readouterr().out
+
+
+def test_cli_mla_only(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_suite(config, progress=None):
+        seen.append(config)
+        raise SystemExit(0)
+    monkeypatch.setattr(bench, "run_suite", fake_suite)
+    with pytest.raises(SystemExit):
+        bench.main(["--mla-only", "--out", str(tmp_path)])
+    cfg = seen[0]
+    assert cfg.sizes == () and cfg.mla_sizes == bench.FULL.mla_sizes
+    assert cfg.first_call is None and cfg.simulator_tasks is None
+    assert bench.attention_cases(cfg) == [] and bench.mla_cases(cfg)
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--mla-only", "--no-mla"])
+    assert e.value.code == 2
 
 
 def test_model_intensity_of_each_kind_of_row():
