@@ -5,30 +5,48 @@ against :func:`flashlab.attention_reference_backward` (float64) may be at most t
 of a naive float32 backward (:func:`naive_backward` below: the same formulas, whole matrices,
 in float32) plus a floor of ``GRAD_FLOOR * max(1, max|reference gradient|)`` (1e-6 relative),
 for each of dq, dk, dv (and dq_rope, dk_rope). The float32 kernel gets ``o`` and ``lse`` from
-the float32 forward kernel, as a training step would.
+the float32 forward kernel, as a training step would. Like the kernel, the naive backward
+recomputes P from an LSE stored in ``lse``'s dtype (float32): at large logits (|LSE| ~ 100)
+the rounding of the stored LSE alone moves P by up to ~4e-6 relative, an error the interface
+imposes on any backward. float64 inputs get the float64 reference's ``lse`` (the forward's
+float32 ``lse`` would limit them to ~1e-7 relative, as flash_attention_backward documents)
+and the kernel's float64 ``o``.
 
 The grid, as in test_forward.py, is a set of products:
 
 * lengths x a rotating choice of heads/dims/masks (every ordered pair ``Sq != Sk`` of
   {1, 7, 64, 129, 1000});
 * every mask kind x two length pairs, with GQA 8/2 and non-dividing blocks;
+* the forward's lengths x every mask kind (Dqk 24 / Dv 16), equal lengths, 1 x 1 tiles;
+* dtypes (float16/32/64) x ordinary and large-magnitude (|scores| ~ 50..100) logits;
 * head dims x head counts;
 * block sizes (dividing and not);
 * float64 against the analytic backward to ~1e-10 and central finite differences;
-* determinism (runs, thread counts), tile skipping equal to the forward's, the rope operands
-  against concatenation, rows with no allowed key, dtypes and bad inputs.
+* determinism (runs, 1/2 threads here and 1/3/4 threads in a subprocess), tile skipping equal
+  to the forward's, the rope operands against concatenation, rows with no allowed key, dtypes
+  and bad inputs;
+* the forward's hypothesis strategy of random problems.
 """
 from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
 
 import numba
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import flashlab
 from flashlab import api
 from flashlab.checks import prepare
 from flashlab.kernels.backward import flash_backward_kernel, q_splits
 from conftest import MASK_KINDS, dense_allowed, make_qkv, mask_options, max_abs_err
+from test_forward import problems   # the forward's hypothesis strategy
 
 LENGTHS = [1, 7, 64, 129, 1000]
 LENGTH_PAIRS = [(sq, sk) for sq in LENGTHS for sk in LENGTHS if sq != sk]
@@ -45,11 +63,13 @@ def pair_id(pair) -> str:
 
 # ------------------------------------------------------------------------------ helpers
 def naive_backward(do, q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                   q_rope=None, k_rope=None, **_):
+                   q_rope=None, k_rope=None, lse_dtype=None, **_):
     """The analytic backward with whole (B, H, Sq, Sk) matrices in the inputs' dtype.
 
     Written here from the formulas (no flashlab code but :func:`dense_allowed`), so that the
-    tolerance's yardstick does not share a bug with the kernel.
+    tolerance's yardstick does not share a bug with the kernel. With ``lse_dtype``, P is
+    recomputed as the backward does, ``exp(S - LSE)`` from its own ``LSE = m + log(l)`` stored
+    in ``lse_dtype``; P itself is kept in the inputs' dtype.
     """
     dt = q.dtype.type
     B, H, Sq, Dqk = q.shape
@@ -75,7 +95,12 @@ def naive_backward(do, q, k, v, *, scale=None, causal=False, window=None, mask=N
     m = np.where(np.isfinite(m), m, dt(0))
     e = np.exp(s - m)
     l = e.sum(axis=-1, keepdims=True)
-    p = e / np.where(l > 0, l, dt(1))
+    if lse_dtype is None:
+        p = e / np.where(l > 0, l, dt(1))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse = m.astype(lse_dtype) + np.log(l.astype(lse_dtype))
+            p = np.where(np.isneginf(lse), 0.0, np.exp(s - lse)).astype(q.dtype)
     o = p @ vx
     dv = p.swapaxes(-1, -2) @ do
     dp = do @ vx.swapaxes(-1, -2)
@@ -96,16 +121,20 @@ def make_do(inputs: dict, seed: int = 7) -> np.ndarray:
 
 
 def check_backward(inputs: dict, **options) -> tuple[np.ndarray, ...]:
-    """float32 (or float16) kernel vs the float64 analytic backward under the tolerance rule.
+    """float32 (or float16, float64) kernel vs the float64 analytic backward under the tolerance rule.
 
-    ``o`` and ``lse`` come from the forward kernel. Also checks dtypes, shapes, NaN-freeness
-    and that rows with no allowed key get dq = 0 exactly. Returns the kernel's gradients.
+    ``o`` and ``lse`` come from the forward kernel (float64 inputs: ``lse`` from the float64
+    reference, see the module docstring); the naive yardstick stores its LSE in ``lse``'s dtype.
+    Also checks dtypes, shapes, NaN-freeness and that rows with no allowed key get dq = 0
+    exactly. Returns the kernel's gradients.
     """
     do = make_do(inputs)
     o, lse = flashlab.flash_attention(**inputs, **options)
+    if inputs["q"].dtype == np.float64:
+        lse = flashlab.attention_reference(**inputs, **options)[1]
     grads = api.flash_attention_backward(do, **inputs, o=o, lse=lse, **options)
     refs = flashlab.attention_reference_backward(do, **inputs, **options)
-    naive = naive_backward(do, **inputs, **options)
+    naive = naive_backward(do, **inputs, **options, lse_dtype=lse.dtype)
     operands = [inputs[n] for n in ("q", "k", "v", "q_rope", "k_rope") if n in inputs]
     assert len(grads) == len(refs) == len(operands)
     what = ", ".join(f"{name}{val.shape}" if isinstance(val, np.ndarray) else f"{name}={val!r}"
@@ -151,6 +180,53 @@ def test_mask_kinds(sq_sk, kind):
     B, H, Hkv = 2, 8, 2
     inputs = make_qkv(B, H, Hkv, Sq, Sk, 24, 16, seed=Sq + Sk)
     check_backward(inputs, block_q=32, block_k=24, **mask_options(kind, B, H, Sq, Sk))
+
+
+# ------------------------------------------------------------------------ lengths x mask kinds
+@pytest.mark.parametrize("kind", MASK_KINDS)
+@pytest.mark.parametrize("sq_sk", LENGTH_PAIRS, ids=pair_id)
+def test_lengths_x_masks(sq_sk, kind):
+    """The forward's grid: every ordered pair of unequal lengths under every mask kind
+    (B=2, H=4, Hkv=2 as in test_forward; small head dims 24/16 to keep it fast)."""
+    Sq, Sk = sq_sk
+    B, H, Hkv = 2, 4, 2
+    inputs = make_qkv(B, H, Hkv, Sq, Sk, 24, 16, seed=Sq * 7 + Sk)
+    check_backward(inputs, block_q=64, block_k=48, **mask_options(kind, B, H, Sq, Sk))
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "window(40,-3)", "mask(B,H,Sq,Sk)", "causal+mask"])
+@pytest.mark.parametrize("n", [1, 129, 1000])
+def test_equal_lengths(n, kind):
+    """Square problems too (Sq == Sk), where causal is the usual lower triangle."""
+    inputs = make_qkv(1, 2, 1, n, n, 24, 16, seed=n)
+    check_backward(inputs, **mask_options(kind, 1, 2, n, n))
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "window(-2,30)", "mask(Sq,Sk)"])
+@pytest.mark.parametrize("sq_sk", [(1, 1), (7, 13), (13, 7), (1, 64), (64, 1)], ids=pair_id)
+def test_block_one_by_one(sq_sk, kind):
+    """1 x 1 tiles: every score is its own tile (as the forward's test_block_one_by_one)."""
+    Sq, Sk = sq_sk
+    inputs = make_qkv(2, 2, 1, Sq, Sk, 8, 5, seed=3)
+    check_backward(inputs, block_q=1, block_k=1, **mask_options(kind, 2, 2, Sq, Sk))
+
+
+# --------------------------------------------------------- dtypes and large-magnitude logits
+@pytest.mark.parametrize("q_scale", [1.0, 25.0], ids=["logits~N(0,1)", "logits~50-100"])
+@pytest.mark.parametrize("kind", ["none", "causal", "window(-2,30)", "mask(B,1,Sq,Sk)"])
+@pytest.mark.parametrize("sq_sk", [(7, 64), (129, 64), (64, 129)], ids=pair_id)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
+def test_dtypes_and_large_logits(dtype, sq_sk, kind, q_scale):
+    """float16/32/64 inputs with ordinary and large (|scores| ~ 50..100) logits, as the
+    forward's test of the same name, under check_backward's rule (naive in the inputs' dtype)."""
+    Sq, Sk = sq_sk
+    inputs = make_qkv(2, 2, 2, Sq, Sk, 64, 32, dtype=dtype, seed=Sk, q_scale=q_scale)
+    if q_scale > 1:
+        # the test is about what it says: the largest logits really are ~ 50..100 or more
+        q, k = (inputs[n].astype(np.float64) for n in ("q", "k"))
+        top = np.abs(q @ k.swapaxes(-1, -2)).max() / 8.0
+        assert 50 <= top <= 400, top
+    check_backward(inputs, block_q=32, block_k=48, **mask_options(kind, 2, 2, Sq, Sk))
 
 
 # ------------------------------------------------------------------------ dims x heads
@@ -370,6 +446,64 @@ def test_split_depends_on_shape_only():
     assert q_splits(2, 1, 9) == 2
 
 
+DETERMINISM_SCRIPT = """
+import hashlib, json, pickle, sys
+import numba
+from flashlab import api
+
+with open(sys.argv[1], "rb") as f:
+    problems = pickle.load(f)
+out = {}
+for name, p in problems.items():
+    hashes = {}
+    for threads in (1, 3, 4):
+        numba.set_num_threads(threads)
+        grads = api.flash_attention_backward(p["do"], **p["inputs"], o=p["o"], lse=p["lse"], **p["opts"])
+        hashes[threads] = hashlib.sha256(b"".join(g.tobytes() for g in grads)).hexdigest()
+    out[name] = hashes
+print(json.dumps(dict(max_threads=numba.config.NUMBA_NUM_THREADS, hashes=out)))
+"""
+
+
+def _grad_hash(grads) -> str:
+    return hashlib.sha256(b"".join(g.tobytes() for g in grads)).hexdigest()
+
+
+def test_deterministic_with_4_threads_in_a_subprocess(tmp_path):
+    """Beyond the 2 threads of this machine: a subprocess with NUMBA_NUM_THREADS=4 computes the
+    gradients at 1, 3 and 4 threads (3 threads for 4 work items in the first case); the sha256 of
+    dq, dk, dv (and dq_rope, dk_rope) must be identical across thread counts and equal to this
+    process's result at its default thread count."""
+    problems = {}
+    for name, (B, H, Hkv, Dr, opts) in {
+        "causal-gqa2": (1, 2, 1, 0, dict(causal=True)),             # 2 q-chunks per head
+        "causal-gqa3-mask-rope": (2, 6, 2, 8, dict(causal=True, mask="mask(1,H,Sq,Sk)")),
+    }.items():
+        Sq, Sk = 300, 257
+        inputs = make_qkv(B, H, Hkv, Sq, Sk, 32, 24, seed=21, Dr=Dr)
+        opts = dict(opts, block_q=32, block_k=32)
+        if "mask" in opts:
+            opts.update(mask_options(opts.pop("mask"), B, H, Sq, Sk))
+        do = make_do(inputs)
+        o, lse = flashlab.flash_attention(**inputs, **opts)
+        problems[name] = dict(inputs=inputs, opts=opts, do=do, o=o, lse=lse)
+    expected = {name: _grad_hash(api.flash_attention_backward(p["do"], **p["inputs"], o=p["o"],
+                                                               lse=p["lse"], **p["opts"]))
+                for name, p in problems.items()}
+    path = tmp_path / "problems.pkl"
+    path.write_bytes(pickle.dumps(problems))
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(path)], env=env,
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["max_threads"] == 4 and set(result["hashes"]) == set(problems)
+    for name, hashes in result["hashes"].items():
+        assert set(hashes) == {"1", "3", "4"}
+        assert set(hashes.values()) == {expected[name]}, f"{name}: {hashes} vs in-process {expected[name]}"
+
+
 # ------------------------------------------------------------------------ bad inputs
 def _bad_cases():
     inputs = make_qkv(2, 4, 2, 5, 6, 8, 3, seed=0)
@@ -414,3 +548,13 @@ def test_bad_options_raise_as_in_the_forward():
         api.flash_attention_backward(do, **inputs, o=o, lse=lse, block_q=2.0)
     with pytest.raises(ValueError, match="q_rope and k_rope must be given together"):
         api.flash_attention_backward(do, **inputs, o=o, lse=lse, q_rope=inputs["q"])
+
+
+# ------------------------------------------------------------------- hypothesis property test
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(problems())
+def test_property_random_problems(problem):
+    """test_forward's random problems (shapes, heads, dims, blocks, dtype, rope, masks) under
+    check_backward's rule; rows with no allowed key give dq = 0 (checked there)."""
+    inputs, opts = problem
+    check_backward(inputs, **opts)

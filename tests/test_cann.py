@@ -236,9 +236,8 @@ TND_CASES = {
 }
 
 
-@pytest.mark.parametrize("mode", sorted(TND_CASES))
-def test_tnd_per_sequence(mode):
-    q, k, v = tnd_data(seed=mode)
+def tnd_case(mode: int):
+    """(operator kwargs, expected allowed (sq, sk) per sequence) of one TND_CASES mode."""
     pre, nxt = TND_CASES[mode]["pre"], TND_CASES[mode]["nxt"]
     kw = dict(pre_tokens=pre, next_tokens=nxt)
     user_mask, prefix = None, None
@@ -251,18 +250,28 @@ def test_tnd_per_sequence(mode):
         kw.update(atten_mask=tri6(), prefix=prefix)
     else:
         kw["atten_mask"] = TRI
-    out, smax, ssum = cann.flash_attention_score(
-        q, k, v, N1, "TND", scale=SCALE, sparse_mode=mode, actual_seq_qlen=np.cumsum(Q_LENS).tolist(),
-        actual_seq_kvlen=np.cumsum(K_LENS).tolist(), **kw, **BLOCKS)
+    kw.update(sparse_mode=mode, actual_seq_qlen=np.cumsum(Q_LENS).tolist(),
+              actual_seq_kvlen=np.cumsum(K_LENS).tolist())
+    return kw, sequence_rules(mode, pre, nxt, prefix, user_mask)
+
+
+def tnd_seq(x: np.ndarray, start: int, n: int) -> np.ndarray:
+    """Tokens [start, start + n) of a (T, N, D) array as (1, N, n, D)."""
+    return x[start:start + n].transpose(1, 0, 2)[None]
+
+
+@pytest.mark.parametrize("mode", sorted(TND_CASES))
+def test_tnd_per_sequence(mode):
+    q, k, v = tnd_data(seed=mode)
+    kw, rules = tnd_case(mode)
+    out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", scale=SCALE, **kw, **BLOCKS)
     assert out.shape == (sum(Q_LENS), N1, DV) and smax.shape == ssum.shape == (sum(Q_LENS), N1, 8)
     lse = lse_of(smax, ssum)
-    rules = sequence_rules(mode, pre, nxt, prefix, user_mask)
     q0 = k0 = 0
     for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
         if sq:
-            seq = lambda x, a, n: x[a:a + n].transpose(1, 0, 2)[None]   # noqa: E731
-            check(seq(out, q0, sq), lse[q0:q0 + sq].T[None], seq(q, q0, sq), seq(k, k0, sk),
-                  seq(v, k0, sk), rules[s][None, None], what=f"TND mode {mode} sequence {s}")
+            check(tnd_seq(out, q0, sq), lse[q0:q0 + sq].T[None], tnd_seq(q, q0, sq), tnd_seq(k, k0, sk),
+                  tnd_seq(v, k0, sk), rules[s][None, None], what=f"TND mode {mode} sequence {s}")
         q0, k0 = q0 + sq, k0 + sk
 
 
@@ -350,12 +359,25 @@ def test_drawing_and_table():
 
 # ----------------------------------------------------------------------------------- grad
 def grad_tol(ref: np.ndarray) -> float:
+    """The grad tests' tolerance: float32 gradient vs float64 analytic, 1e-4 * max(1, max|ref|)."""
     return 1e-4 * max(1.0, float(np.abs(ref).max()))
 
 
-@pytest.mark.parametrize("layout, mode", [("BSH", 3), ("SBH", 4), ("BSND", 6), ("BNSD", 0)])
-def test_grad_per_layout(layout, mode):
-    sq, sk = 37, 53
+def assert_grads_close(grads, refs, what: str) -> None:
+    """Each of dq, dk, dv within :func:`grad_tol` of the float64 analytic gradient."""
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+        assert np.isfinite(g).all(), f"{what}: {name} not finite"
+        err = max_abs_err(g, r)
+        assert err <= grad_tol(r), f"{what}: {name} error {err:.3g} > {grad_tol(r):.3g}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS4)
+@pytest.mark.parametrize("mode", range(7))
+@pytest.mark.parametrize("sq, sk", [(37, 53), (53, 37)])
+def test_layouts_x_modes_grad(layout, mode, sq, sk):
+    """Every layout x sparse_mode 0..6 x both orderings of Sq != Sk, the forward's grid: dq, dk,
+    dv (in the layout, GQA 4/2, D_v < D) vs the float64 analytic backward on the mask built
+    here, within ``1e-4 * max(1, max|reference|)``; rows with no allowed key get dq = 0."""
     data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=20 + mode)
     kw, allowed = mode_case(mode, sq, sk)
     args = [to_layout(data[n], layout) for n in ("q", "k", "v")]
@@ -366,34 +388,37 @@ def test_grad_per_layout(layout, mode):
                                                  softmax_max=smax, softmax_sum=ssum,
                                                  attention_in=out, **common)
     assert dq.shape == args[0].shape and dk.shape == args[1].shape and dv.shape == args[2].shape
+    assert dq.dtype == dk.dtype == dv.dtype == np.float32
     ref = flashlab.attention_reference_backward(do, data["q"], data["k"], data["v"], scale=SCALE,
                                                 mask=~allowed)
-    for name, g, r, heads in (("dq", dq, ref[0], N1), ("dk", dk, ref[1], N2), ("dv", dv, ref[2], N2)):
-        err = max_abs_err(from_layout(g, layout, heads), r)
-        assert err <= grad_tol(r), f"{layout} mode {mode}: {name} error {err:.3g}"
+    grads = (from_layout(dq, layout, N1), from_layout(dk, layout, N2), from_layout(dv, layout, N2))
+    what = f"{layout} mode {mode} {sq}x{sk}"
+    assert_grads_close(grads, ref, what)
+    empty = ~np.broadcast_to(allowed, (B, N1, sq, sk)).any(axis=-1)
+    assert (grads[0][empty] == 0).all(), f"{what}: a row with no key must give dq = 0"
 
 
-def test_grad_tnd():
-    q, k, v = tnd_data(seed=30)
-    mode, pre, nxt = 7, 12, -3
-    kw = dict(scale=SCALE, sparse_mode=mode, atten_mask=TRI, pre_tokens=pre, next_tokens=nxt,
-              actual_seq_qlen=np.cumsum(Q_LENS), actual_seq_kvlen=np.cumsum(K_LENS), **BLOCKS)
+@pytest.mark.parametrize("mode", sorted(TND_CASES))
+def test_tnd_grad_per_sequence(mode):
+    """TND grad for every mode of the forward's TND_CASES, per sequence against the float64
+    analytic backward on :func:`sequence_rules`, within ``1e-4 * max(1, max|reference|)``;
+    keys of a sequence without queries get no gradient."""
+    q, k, v = tnd_data(seed=30 + mode)
+    kw, rules = tnd_case(mode)
+    kw.update(scale=SCALE, **BLOCKS)
     out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", **kw)
     dy = np.random.default_rng(2).standard_normal(out.shape).astype(np.float32)
     dq, dk, dv = cann.flash_attention_score_grad(q, k, v, dy, N1, "TND", softmax_max=smax,
                                                  softmax_sum=ssum, attention_in=out, **kw)
-    rules = sequence_rules(mode, pre, nxt, None, None)
-    seq = lambda x, a, n: x[a:a + n].transpose(1, 0, 2)[None]   # noqa: E731
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     q0 = k0 = 0
     for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
         if sq:
-            ref = flashlab.attention_reference_backward(seq(dy, q0, sq), seq(q, q0, sq), seq(k, k0, sk),
-                                                        seq(v, k0, sk), scale=SCALE,
-                                                        mask=~rules[s][None, None])
-            for name, g, r in (("dq", seq(dq, q0, sq), ref[0]), ("dk", seq(dk, k0, sk), ref[1]),
-                               ("dv", seq(dv, k0, sk), ref[2])):
-                err = max_abs_err(g, r)
-                assert err <= grad_tol(r), f"sequence {s}: {name} error {err:.3g}"
+            ref = flashlab.attention_reference_backward(tnd_seq(dy, q0, sq), tnd_seq(q, q0, sq),
+                                                        tnd_seq(k, k0, sk), tnd_seq(v, k0, sk),
+                                                        scale=SCALE, mask=~rules[s][None, None])
+            grads = (tnd_seq(dq, q0, sq), tnd_seq(dk, k0, sk), tnd_seq(dv, k0, sk))
+            assert_grads_close(grads, ref, f"TND mode {mode} sequence {s}")
         else:   # keys of a sequence without queries get no gradient
             assert (dk[k0:k0 + sk] == 0).all() and (dv[k0:k0 + sk] == 0).all()
         q0, k0 = q0 + sq, k0 + sk
