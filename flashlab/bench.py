@@ -1123,10 +1123,11 @@ def to_markdown(result: dict) -> str:
     lines[-1] += f". Peak: **{mm['peak_gflops']:.1f} GFLOP/s**."
     lines.append("")
     nb = result["numba_first_call"] or {}
-    lines += ["## Numba first call", "", "A fresh process: import flashlab, then the first tiny "
-              "forward and backward calls.", "",
-              "| process | import (s) | first forward (s) | first backward (s) |",
-              "|---|---:|---:|---:|"]
+    if nb:
+        lines += ["## Numba first call", "", "A fresh process: import flashlab, then the first "
+                  "tiny forward and backward calls.", "",
+                  "| process | import (s) | first forward (s) | first backward (s) |",
+                  "|---|---:|---:|---:|"]
     for what, label in (("compile", "empty cache (compile)"), ("cache_load", "cache load")):
         if nb.get(what):
             t = nb[what]
@@ -1147,6 +1148,8 @@ def to_markdown(result: dict) -> str:
         lines.append(f"{t['status']:<4} {t['name']}:{val} {t['detail']}")
     lines += ["```", ""]
     for direction in DIRECTIONS:
+        if not case_table(result, direction=direction, status=None):
+            continue  # e.g. --mla-only
         lines += [f"## Attention {direction}", "",
                   "Speed vs X = X's time / this time (> 1: faster); memory vs torch = this peak "
                   "extra / torch's."
