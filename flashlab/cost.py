@@ -26,7 +26,7 @@ With on-chip memory of $M$ elements the largest block that fits has $B_r = \Thet
 this is $\Theta(N^2 d^2 / M)$: Theorem 2 of the FlashAttention paper.
 
 **MLA dataflows** (:func:`mla_forward_steps`, :func:`mla_backward_steps`): closed forms for the
-three dataflows of :mod:`flashlab.mla`, step by step, and the factor each RECT-FA idea saves
+four dataflows of :mod:`flashlab.mla`, step by step, and the factor each RECT-FA idea saves
 (:func:`mla_savings`).
 
 Notation: $B$ batch, $H$ heads, $S_q$/$S_k$ lengths, $D_n$/$D_r$/$D_v$ the NoPE, RoPE and V
@@ -191,8 +191,19 @@ def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, blo
 # MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
 # ------------------------------------------------------------------------------------------
 
-#: the dataflows of :mod:`flashlab.mla`: pad V + concat RoPE; concat RoPE only; RECT-FA
-MLA_DATAFLOWS = ("baseline", "native_v", "rect")
+#: the dataflows of :mod:`flashlab.mla`: pad V + concat RoPE; concat RoPE only (native V);
+#: pad V only (split RoPE); RECT-FA (both ideas)
+MLA_DATAFLOWS = ("baseline", "native_v", "split_rope", "rect")
+
+
+def mla_dataflow_ideas(dataflow: str) -> tuple[bool, bool]:
+    """``(pad_v, split)`` of an MLA dataflow: V padded to $D = D_n + D_r$ (and O, dV sliced
+    back); RoPE handed to the kernel as its own operand pair (no expand, no concat).
+
+    >>> [mla_dataflow_ideas(f) for f in MLA_DATAFLOWS]
+    [(True, False), (False, False), (True, True), (False, True)]
+    """
+    return dataflow in ("baseline", "split_rope"), dataflow in ("split_rope", "rect")
 
 #: bytes per LSE element (the kernels keep it in float32 whatever the inputs' dtype)
 LSE_BYTES = 4
@@ -229,15 +240,16 @@ def _check_mla_sizes(dataflow: str, **sizes) -> None:
     for name, x in sizes.items():
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be an int >= 1; got {x!r}")
-    if dataflow == "baseline" and sizes["d_v"] > sizes["d_nope"] + sizes["d_rope"]:
-        raise ValueError(f"the baseline pads V to D = d_nope + d_rope, so d_v must be <= "
+    if mla_dataflow_ideas(dataflow)[0] and sizes["d_v"] > sizes["d_nope"] + sizes["d_rope"]:
+        raise ValueError(f"the {dataflow} dataflow pads V to D = d_nope + d_rope, so d_v must be <= "
                          f"{sizes['d_nope'] + sizes['d_rope']}; got {sizes['d_v']}")
 
 
 def _attention_dims(dataflow: str, d_nope: int, d_rope: int, d_v: int) -> tuple[int, int]:
-    """``(QK dim, V dim)`` the attention kernel computes with: V padded to D in the baseline."""
+    """``(QK dim, V dim)`` the attention kernel computes with: V padded to D in the baseline and
+    in split_rope."""
     d = d_nope + d_rope
-    return d, (d if dataflow == "baseline" else d_v)
+    return d, (d if mla_dataflow_ideas(dataflow)[0] else d_v)
 
 
 def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
@@ -255,6 +267,7 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
     nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
     pairs = batch * heads * attended_pairs(seq, sk, causal)
     d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
+    pad_v, split = mla_dataflow_ideas(dataflow)
     lse = LSE_BYTES * nq
     steps = []
 
@@ -262,26 +275,26 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
         # every step allocates what it writes
         steps.append(StepCost(name, flops, read, written, written))
 
-    if dataflow in ("baseline", "native_v"):
+    if not split:
         # read k_rope (B, 1, Sk, Dr); write it per head (B, H, Sk, Dr)
         step("expand k_rope", 0, elem * nr * d_rope, elem * nk * d_rope)
         # read q_nope, q_rope; write Q = [q_nope, q_rope] (B, H, Sq, D)
         step("concat Q", 0, elem * nq * (d_nope + d_rope), elem * nq * d)
         # read k_nope and the expanded k_rope; write K (B, H, Sk, D)
         step("concat K", 0, elem * nk * (d_nope + d_rope), elem * nk * d)
-    if dataflow == "baseline":
+    if pad_v:
         # read V (B, H, Sk, Dv); write it zero-padded to (B, H, Sk, D)
         step("pad V", 0, elem * nk * d_v, elem * nk * d)
     # FLOPs: S = Q K^T: 2 P D ; O = P V: 2 P Dv_att
     flops = 2 * pairs * d_qk_att + 2 * pairs * d_v_att
-    if dataflow == "rect":
-        # read q_nope, q_rope, k_nope, V and the ONE shared k_rope head
-        read = elem * (nq * (d_nope + d_rope) + nk * (d_nope + d_v) + nr * d_rope)
+    if split:
+        # read q_nope, q_rope, k_nope, V (padded in split_rope) and the ONE shared k_rope head
+        read = elem * (nq * (d_nope + d_rope) + nk * (d_nope + d_v_att) + nr * d_rope)
     else:
         read = elem * (nq * d + nk * d + nk * d_v_att)
     # write O (B, H, Sq, Dv_att) and the LSE
     step("flash attention", flops, read, elem * nq * d_v_att + lse)
-    if dataflow == "baseline":
+    if pad_v:
         # read the first Dv columns of O; write them as (B, H, Sq, Dv)
         step("slice O", 0, elem * nq * d_v, elem * nq * d_v)
     return steps
@@ -318,6 +331,7 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
     nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
     pairs = batch * heads * attended_pairs(seq, sk, causal)
     d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
+    pad_v, split = mla_dataflow_ideas(dataflow)
     lse = LSE_BYTES * nq
     acc_elem = 8 if elem == 8 else 4
     steps = []
@@ -325,19 +339,20 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
     def step(name: str, flops: int, read: int, written: int, workspace: int = 0) -> None:
         steps.append(StepCost(name, flops, read, written, written, workspace))
 
-    if dataflow == "baseline":
+    if pad_v:
         # the gradient of "slice O" is a pad: read dO (B, H, Sq, Dv), write it padded to D
         step("pad dO", 0, elem * nq * d_v, elem * nq * d)
     # FLOPs of the 5 products: S = Q K^T, dQ = dS K, dK = dS^T Q (QK dim); dV = P^T dO,
     # dP = dO V^T (V dim)
     flops = 2 * pairs * (3 * d_qk_att + 2 * d_v_att)
-    if dataflow == "rect":
-        # read dO, O, V, q_nope, k_nope, q_rope, the shared k_rope, LSE
-        read = elem * (2 * nq * d_v + nk * d_v + nq * d_nope + nk * d_nope
+    if split:
+        # read dO, O, V (V dim: padded in split_rope), q_nope, k_nope, q_rope, the shared
+        # k_rope, LSE
+        read = elem * (2 * nq * d_v_att + nk * d_v_att + nq * d_nope + nk * d_nope
                        + nq * d_rope + nr * d_rope) + lse
         # write dq_nope, dk_nope, dV, dq_rope and the shared head's dk_rope
-        written = elem * (nq * d_nope + nk * d_nope + nk * d_v + nq * d_rope + nr * d_rope)
-        grads = [(heads, d_nope), (heads, d_v), (1, d_rope)]
+        written = elem * (nq * d_nope + nk * d_nope + nk * d_v_att + nq * d_rope + nr * d_rope)
+        grads = [(heads, d_nope), (heads, d_v_att), (1, d_rope)]
     else:
         # read dO, O (V dim), Q, K (D), V, LSE; write dQ, dK (D), dV
         read = elem * (2 * nq * d_v_att + nq * d + nk * d + nk * d_v_att) + lse
@@ -345,14 +360,14 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
         grads = [(heads, d), (heads, d_v_att)]
     workspace = acc_elem * backward_partials_elements(batch, heads, seq, sk, grads, block_q)
     step("flash attention backward", flops, read, written, workspace)
-    if dataflow in ("baseline", "native_v"):
+    if not split:
         # the gradient of "concat Q": read dQ (D), write dq_nope and dq_rope
         step("split dQ", 0, elem * nq * d, elem * nq * (d_nope + d_rope))
         # the gradient of "concat K": read dK (D), write dk_nope and the per-head dk_rope
         step("split dK", 0, elem * nk * d, elem * nk * (d_nope + d_rope))
         # the gradient of "expand k_rope": add the H per-head gradients, (H - 1) adds each
         step("sum dk_rope over heads", (nk - nr) * d_rope, elem * nk * d_rope, elem * nr * d_rope)
-    if dataflow == "baseline":
+    if pad_v:
         # the gradient of "pad V" is a slice: read the first Dv columns of dV, write them
         step("slice dV", 0, elem * nk * d_v, elem * nk * d_v)
     return steps

@@ -1,4 +1,4 @@
-r"""The MLA attention core in three dataflows, with a ledger of what every step costs.
+r"""The MLA attention core in four dataflows, with a ledger of what every step costs.
 
 After MLA's up-projections (DeepSeek-V2/V3, see :mod:`flashlab.rope`) head $h$ of a token has
 a NoPE query $q^C_h$ and key $k^C_h$ ($D_n = 128$), a RoPE query $q^R_h$ ($D_r = 64$), a value
@@ -11,13 +11,17 @@ $$
 
 An attention operator that needs one Q, one K and one V of the same head dim forces extra
 operators around it (the red Pad, Slice and Concat of the Ascend RECT-FA article, 2025-06-25).
-:func:`mla_forward` and :func:`mla_backward` run the same math in three dataflows:
+:func:`mla_forward` and :func:`mla_backward` run the same math in four dataflows:
 
 ``"baseline"`` (every head dim equal, as FlashAttention-2 requires):
     expand $k^R$ to $H$ heads → concat $Q = [Q^C, Q^R]$ and $K = [K^C, K^R]$ ($D = 192$) →
     pad $V$ from 128 to 192 with zeros → attention at 192/192 → slice $O$ back to 128.
 ``"native_v"`` (RECT-FA's first idea alone: $D_{qk} \ne D_v$ in the kernel):
     expand, concat as above → attention at 192/128. The $PV$ product shrinks by 192/128.
+``"split_rope"`` (RECT-FA's second idea alone):
+    pad $V$ to 192 → ``flash_attention(q_nope, k_nope, v_padded, q_rope=q_rope,
+    k_rope=k_rope)`` → slice $O$ back to 128: RoPE accumulated in the kernel as in ``"rect"``,
+    V padded as in the baseline.
 ``"rect"`` (both ideas):
     ``flash_attention(q_nope, k_nope, v, q_rope=q_rope, k_rope=k_rope)`` at native dims:
     the kernel adds $Q^R {K^R}^\top$ into the score tile of $Q^C {K^C}^\top$ (RECT-FA's
@@ -45,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashlab import api
-from flashlab.cost import MLA_DATAFLOWS, backward_partials_elements
+from flashlab.cost import MLA_DATAFLOWS, backward_partials_elements, mla_dataflow_ideas
 from flashlab.masks import band_from
 
 #: the dataflows, as named in :data:`flashlab.cost.MLA_DATAFLOWS`
@@ -289,15 +293,16 @@ def _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow) -> tuple[int, .
     if H % Hr != 0:
         raise ValueError(f"q_nope's heads H={H} must be a multiple of k_rope's heads Hr={Hr} "
                          f"(MLA: Hr = 1, one k_rope shared by all heads)")
-    if dataflow == "baseline" and Dv > Dn + Dr:
-        raise ValueError(f"the baseline pads V to Dn + Dr = {Dn + Dr}, so V's dim must not exceed "
-                         f"it; got Dv={Dv}")
+    if mla_dataflow_ideas(dataflow)[0] and Dv > Dn + Dr:
+        raise ValueError(f"the {dataflow} dataflow pads V to Dn + Dr = {Dn + Dr}, so V's dim must "
+                         f"not exceed it; got Dv={Dv}")
     return B, H, Sq, Sk, Dn, Dr, Dv, Hr
 
 
 def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = "rect", scale=None,
                 causal: bool = False, block_q: int = 64, block_k: int = 64) -> MLAForward:
-    """The MLA attention forward in ``dataflow`` ``"baseline"``, ``"native_v"`` or ``"rect"``.
+    """The MLA attention forward in ``dataflow`` ``"baseline"``, ``"native_v"``, ``"split_rope"``
+    or ``"rect"``.
 
     Parameters
     ----------
@@ -309,28 +314,31 @@ def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = "rect", sc
 
     Returns
     -------
-    :class:`MLAForward` with ``o`` (B, H, Sq, Dv), ``lse`` and the ``ledger``. The three
+    :class:`MLAForward` with ``o`` (B, H, Sq, Dv), ``lse`` and the ``ledger``. The four
     dataflows compute the same ``o`` up to rounding.
     """
     B, H, Sq, Sk, Dn, Dr, Dv, Hr = _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow)
     opts = dict(scale=1.0 / math.sqrt(Dn + Dr) if scale is None else scale, causal=causal,
                 block_q=block_q, block_k=block_k)
     ledger: list[Step] = []
-    if dataflow == "rect":
-        # one operator at native dims: S = scale (Q_nope K_nope^T + Q_rope K_rope^T), O = P V
-        o, lse = attention(ledger, q_nope, k_nope, v, q_rope, k_rope, opts)
-        saved = dict(q=q_nope, k=k_nope, v=v, q_rope=q_rope, k_rope=k_rope, o=o, lse=lse)
-        return MLAForward(o, lse, ledger, dataflow, saved, (Dn, Dr, Dv, Hr), opts)
-    # one Q and one K of head dim D = Dn + Dr: the shared k_rope is first copied to every head
-    k_rope_h = expand_heads(ledger, k_rope, H)
-    q = concat_last(ledger, "concat Q", q_nope, q_rope)
-    k = concat_last(ledger, "concat K", k_nope, k_rope_h)
-    # baseline: V padded with zeros to D, so that Dq = Dk = Dv
-    v_att = pad_last(ledger, "pad V", v, Dn + Dr) if dataflow == "baseline" else v
-    o_att, lse = attention(ledger, q, k, v_att, None, None, opts)
-    # baseline: O = P [V, 0] = [P V, 0]: keep the first Dv columns
-    o = slice_last(ledger, "slice O", o_att, Dv) if dataflow == "baseline" else o_att
+    pad_v, split = mla_dataflow_ideas(dataflow)
+    if split:
+        # S = scale (Q_nope K_nope^T + Q_rope K_rope^T): the kernel takes the rope pair itself
+        q, k, q_r, k_r = q_nope, k_nope, q_rope, k_rope
+    else:
+        # one Q and one K of head dim D = Dn + Dr: the shared k_rope is first copied to every head
+        k_rope_h = expand_heads(ledger, k_rope, H)
+        q = concat_last(ledger, "concat Q", q_nope, q_rope)
+        k = concat_last(ledger, "concat K", k_nope, k_rope_h)
+        q_r = k_r = None
+    # baseline, split_rope: V padded with zeros to D, so that Dq = Dk = Dv
+    v_att = pad_last(ledger, "pad V", v, Dn + Dr) if pad_v else v
+    o_att, lse = attention(ledger, q, k, v_att, q_r, k_r, opts)
+    # O = P [V, 0] = [P V, 0]: keep the first Dv columns
+    o = slice_last(ledger, "slice O", o_att, Dv) if pad_v else o_att
     saved = dict(q=q, k=k, v=v_att, o=o_att, lse=lse)
+    if split:
+        saved.update(q_rope=q_rope, k_rope=k_rope)
     return MLAForward(o, lse, ledger, dataflow, saved, (Dn, Dr, Dv, Hr), opts)
 
 
@@ -358,19 +366,20 @@ def mla_backward(do, fwd: MLAForward) -> tuple[tuple[np.ndarray, ...], list[Step
         raise TypeError(f"do must have the output's dtype {fwd.o.dtype}; got {do.dtype}")
     Dn, Dr, Dv, Hr = fwd.dims
     ledger: list[Step] = []
-    if fwd.dataflow == "rect":
-        # dq_nope, dk_nope, dv, dq_rope = scale dS K_rope, dk_rope = scale dS^T Q_rope (summed
-        # over heads inside the kernel)
-        grads = attention_backward(ledger, do, fwd.saved, fwd.options)
-        return tuple(grads), ledger
-    # baseline: O = slice(O_att), so dO_att = pad(dO) (zeros in the padded columns)
-    do_att = pad_last(ledger, "pad dO", do, Dn + Dr) if fwd.dataflow == "baseline" else do
-    dq, dk, dv_att = attention_backward(ledger, do_att, fwd.saved, fwd.options)
-    # Q = [q_nope, q_rope], K = [k_nope, k_rope_h]: split the gradients back
-    dq_nope, dq_rope = split_last(ledger, "split dQ", dq, Dn)
-    dk_nope, dk_rope_h = split_last(ledger, "split dK", dk, Dn)
-    # k_rope_h[:, h] = k_rope[:, h // (H / Hr)]: its gradient adds up the heads
-    dk_rope = sum_heads(ledger, dk_rope_h, Hr)
+    pad_v, split = mla_dataflow_ideas(fwd.dataflow)
+    # O = slice(O_att), so dO_att = pad(dO) (zeros in the padded columns)
+    do_att = pad_last(ledger, "pad dO", do, Dn + Dr) if pad_v else do
+    grads = attention_backward(ledger, do_att, fwd.saved, fwd.options)
+    if split:
+        # dq_rope = scale dS K_rope, dk_rope = scale dS^T Q_rope (summed over heads inside the kernel)
+        dq_nope, dk_nope, dv_att, dq_rope, dk_rope = grads
+    else:
+        dq, dk, dv_att = grads
+        # Q = [q_nope, q_rope], K = [k_nope, k_rope_h]: split the gradients back
+        dq_nope, dq_rope = split_last(ledger, "split dQ", dq, Dn)
+        dk_nope, dk_rope_h = split_last(ledger, "split dK", dk, Dn)
+        # k_rope_h[:, h] = k_rope[:, h // (H / Hr)]: its gradient adds up the heads
+        dk_rope = sum_heads(ledger, dk_rope_h, Hr)
     # V_att = pad(V): dV = the first Dv columns of dV_att
-    dv = slice_last(ledger, "slice dV", dv_att, Dv) if fwd.dataflow == "baseline" else dv_att
+    dv = slice_last(ledger, "slice dV", dv_att, Dv) if pad_v else dv_att
     return (dq_nope, dk_nope, dv, dq_rope, dk_rope), ledger

@@ -62,7 +62,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flashlab import cost
-from flashlab.pipeline.hardware import HardwareProfile, with_core, with_hbm_bandwidth
+from flashlab.pipeline.hardware import HardwareProfile, with_hbm_bandwidth
 from flashlab.pipeline.simulate import simulate_fa
 from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
                            DEEPSEEK_V3_V_DIM)
@@ -192,6 +192,15 @@ def all_combinations() -> list[frozenset[str]]:
     return [frozenset(c) for r in range(len(IDEAS) + 1) for c in itertools.combinations(IDEAS, r)]
 
 
+def dataflow_of(ideas: Iterable[str]) -> str:
+    """The :data:`flashlab.cost.MLA_DATAFLOWS` name (and :mod:`flashlab.mla` dataflow) of the
+    operators these ideas leave: ``"baseline"``, ``"native_v"``, ``"split_rope"`` or ``"rect"``
+    (``"ping_pong"`` changes the schedule inside the kernel, not the operators)."""
+    s = check_ideas(ideas)
+    return {(False, False): "baseline", (True, False): "native_v", (False, True): "split_rope",
+            (True, True): "rect"}["native_v" in s, "split_rope" in s]
+
+
 def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:
     """The :func:`flashlab.pipeline.simulate.simulate_fa` options of the FA kernel for these ideas:
     ``strategy`` (``"ping_pong"`` or the Matmul API's ``"iterate_all"``), ``pad_v`` (V padded
@@ -232,15 +241,16 @@ def chip_bandwidth(profile: HardwareProfile, cores: int = ASCEND_910B_CORES) -> 
 def with_chip_bandwidth(profile: HardwareProfile, bytes_per_s: float,
                         cores: int = ASCEND_910B_CORES) -> HardwareProfile:
     """A copy of the per-core ``profile`` for a chip of ``bytes_per_s`` HBM bandwidth shared by
-    ``cores`` AI Cores: the core's HBM share and its load (MTE2) and store (MTE3) engines all
-    become ``bytes_per_s / cores`` (each marked as an assumption)."""
+    ``cores`` AI Cores: the core's HBM share becomes ``bytes_per_s / cores``, and
+    :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves its load (MTE2) and store (MTE3)
+    engines with it (each marked as an assumption)."""
     if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) or bytes_per_s <= 0:
         raise ValueError(f"bytes_per_s must be a positive number of byte/s; got {bytes_per_s!r}")
     _check_cores(cores)
     # beta_core = beta_chip / c
     share = bytes_per_s / cores
     why = f"chip HBM bandwidth {bytes_per_s / 1e12:g} TB/s / {cores} AI Cores (set by the reader)"
-    return with_core(with_hbm_bandwidth(profile, share, why), why, load=share, store=share)
+    return with_hbm_bandwidth(profile, share, why)
 
 
 def _check_cores(cores) -> None:
@@ -360,9 +370,8 @@ def compose_backward(profile: HardwareProfile, problem: MLAProblem, ideas: Itera
     s = check_ideas(ideas)
     _check_cores(cores)
     args, kw = problem.cost_args()
-    # the kernel step of the dataflow with the same V: padded ("baseline") or native
-    flow = "baseline" if "native_v" not in s else ("rect" if "split_rope" in s else "native_v")
-    steps = cost.mla_backward_steps(*args, dataflow=flow, block_q=problem.block_q, **kw)
+    # the kernel step of the dataflow of these ideas (V padded or native, RoPE concatenated or split)
+    steps = cost.mla_backward_steps(*args, dataflow=dataflow_of(s), block_q=problem.block_q, **kw)
     kernel = next(st for st in steps if st.name == "flash attention backward")
     bw = chip_bandwidth(profile, cores)
     # t = max(F / pi_chip, Q / beta)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flashlab.pipeline.hardware import (
-    ASCEND_910B, ASCEND_910B_AI_CORE, HardwareProfile, with_core, with_hbm_bandwidth,
+    ASCEND_910B, ASCEND_910B_AI_CORE, HardwareProfile, with_hbm_bandwidth,
 )
 from flashlab.pipeline.schedule import STRATEGIES
 from flashlab.pipeline.simulate import SimResult, simulate_fa
@@ -61,16 +61,17 @@ def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
     """The AI Core profile ``base`` with the chip's HBM bandwidth set to ``hbm_tb_s`` TB/s.
 
     One core's share, $\\beta_{core} = \\beta_{chip} / 24$, becomes the profile's
-    ``hbm_bandwidth`` and the rate of its load engine (MTE2, GM -> L1) and store engine (MTE3,
-    UB -> GM); every other number of ``base`` stays. The changed numbers are marked as
-    assumptions that name the chosen bandwidth.
+    ``hbm_bandwidth``, and :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves the rate
+    of its load engine (MTE2, GM -> L1) and store engine (MTE3, UB -> GM) with it; every other
+    number of ``base`` stays. The changed numbers are marked as assumptions that name the chosen
+    bandwidth.
     """
     if isinstance(hbm_tb_s, bool) or not isinstance(hbm_tb_s, (int, float)) or not hbm_tb_s > 0:
         raise ValueError(f"hbm_tb_s must be a positive number of TB/s; got {hbm_tb_s!r}")
     # beta_core = beta_chip / 24
     share = hbm_tb_s * 1e12 / N_AI_CORES
     why = f"chip HBM bandwidth set to {hbm_tb_s:g} TB/s, one core's share = 1/{N_AI_CORES} of it"
-    return with_hbm_bandwidth(with_core(base, why, load=share, store=share), share, why)
+    return with_hbm_bandwidth(base, share, why)
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,42 @@ def test_closed_forms_equal_the_ledger(size, dataflow, causal, dtype):
 
 
 def test_the_shapes_exercise_every_workspace_case():
-    """RECT always needs dk_rope partials (H > 1); B*H < 4 adds dK/dV partials to every flow."""
-    ws = {size: [cost.mla_backward_steps(*size[:3], *size[4:], dataflow=f, seq_k=size[3], block_q=16,
-                                         elem=4)[1 if f == "baseline" else 0].workspace
-                 for f in cost.MLA_DATAFLOWS] for size in SIZES}
-    assert ws[SIZES[0]][:2] == [0, 0] and ws[SIZES[0]][2] > 0
-    assert all(w > 0 for w in ws[SIZES[2]])
-    assert ws[SIZES[3]] == [0, 0, 0]
+    """RECT and split RoPE always need dk_rope partials (H > 1); B*H < 4 adds dK/dV partials to
+    every flow."""
+    def kernel_workspace(size, flow):
+        steps = cost.mla_backward_steps(*size[:3], *size[4:], dataflow=flow, seq_k=size[3],
+                                        block_q=16, elem=4)
+        return next(s for s in steps if s.name == "flash attention backward").workspace
+
+    ws = {size: {f: kernel_workspace(size, f) for f in cost.MLA_DATAFLOWS} for size in SIZES}
+    assert ws[SIZES[0]]["baseline"] == ws[SIZES[0]]["native_v"] == 0
+    assert ws[SIZES[0]]["split_rope"] > 0 and ws[SIZES[0]]["rect"] > 0
+    assert all(w > 0 for w in ws[SIZES[2]].values())
+    assert set(ws[SIZES[3]].values()) == {0}
+
+
+def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
+    """split_rope keeps the baseline's pad V / slice O (and their gradients) and drops its
+    expand, concat, split and head sum; its kernel reads the one shared k_rope head like RECT's
+    and does the baseline's FLOPs (V padded to D), its backward a tiny bit fewer (no head sum)."""
+    args = (2, 16, 1024, 128, 64, 128)
+    for fn in (cost.mla_forward_steps, cost.mla_backward_steps):
+        flows = {f: {s.name: s for s in fn(*args, dataflow=f, causal=True)} for f in cost.MLA_DATAFLOWS}
+        kernel = next(n for n in flows["rect"])
+        pad_slice = {n for n in flows["baseline"] if n.startswith(("pad", "slice"))}
+        assert len(pad_slice) == 2
+        assert set(flows["split_rope"]) == pad_slice | {kernel}
+        for name in pad_slice:
+            assert flows["split_rope"][name] == flows["baseline"][name]
+        # the kernel: the baseline's matmul FLOPs, fewer bytes (no per-head K_rope, no 192-wide Q, K)
+        split, base = flows["split_rope"][kernel], flows["baseline"][kernel]
+        assert split.flops == base.flops
+        assert split.bytes_read < base.bytes_read
+    s = {f: cost.total_cost(cost.mla_forward_steps(*args, dataflow=f, causal=True))
+         for f in cost.MLA_DATAFLOWS}
+    # Q, K rows: D = 192 read either way; K_rope: one head instead of H (and no concat)
+    assert s["baseline"].flops == s["split_rope"].flops > s["rect"].flops
+    assert s["baseline"].bytes_read > s["split_rope"].bytes_read > s["rect"].bytes_read
 
 
 @pytest.mark.parametrize("sq, sk", [(1, 1), (5, 5), (5, 3), (3, 5), (64, 17)])
@@ -109,6 +138,7 @@ def test_savings_equal_the_ratios_of_measured_ledgers():
     (lambda: cost.mla_forward_steps(1, 2, 8.0, 16, 8, 16), "seq must be an int"),
     (lambda: cost.mla_backward_steps(1, 0, 8, 16, 8, 16), "heads must be an int"),
     (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 32, dataflow="baseline"), "d_v must be <="),
+    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 32, dataflow="split_rope"), "d_v must be <="),
     (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), "block_q must be an int"),
 ])
 def test_bad_sizes_raise(call, match):

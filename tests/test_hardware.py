@@ -107,6 +107,60 @@ def test_with_hbm_bandwidth_is_a_copy_marked_assumption():
         hw.with_hbm_bandwidth(p, 0)
 
 
+@pytest.mark.parametrize("key", [k for k, p in sorted(hw.PROFILES.items()) if p.core is not None])
+def test_load_and_store_stream_at_the_hbm_share(key):
+    # at import and after with_hbm_bandwidth: r_load = r_store = the scope's hbm_bandwidth
+    base = hw.PROFILES[key]
+    for p in (base, hw.with_hbm_bandwidth(base, 0.37 * base.hbm_bandwidth.value)):
+        for name in hw.HBM_ENGINES:
+            assert getattr(p.core, name).rate.value == pytest.approx(p.hbm_bandwidth.value), (key, name)
+
+
+def test_with_hbm_bandwidth_moves_mte2_and_mte3_of_a_core():
+    core = hw.ASCEND_910B_AI_CORE
+    chip = 1.2e12
+    p = hw.with_hbm_bandwidth(core, chip / 24, "1.2 TB/s / 24")
+    # beta_core = beta_chip / 24 for the hbm_bandwidth, MTE2 (load) and MTE3 (store) alike
+    assert p.hbm_bandwidth.value == pytest.approx(1.2e12 / 24)
+    assert p.core.load.rate.value == pytest.approx(1.2e12 / 24) and p.core.load.name == "MTE2"
+    assert p.core.store.rate.value == pytest.approx(1.2e12 / 24) and p.core.store.name == "MTE3"
+    assert p.core.load.rate.status == "assumption" and "1.2 TB/s / 24" in p.core.load.rate.source
+    # the pool the core has a share of moves with it: 24 x beta_core
+    assert p.memory("GM").bandwidth.value == pytest.approx(1.2e12)
+    assert hw.with_hbm_bandwidth(hw.ASCEND_910B, 1.2e12).memory("GM").bandwidth.value == 1.2e12
+    # nothing that does not come from the HBM moves; the original stays
+    for name in ("l1_to_l0", "matmul", "acc_out", "vector", "workspace_bandwidth", "exp_rate"):
+        assert getattr(p.core, name) == getattr(core.core, name), name
+    assert core.core.load.rate.value == pytest.approx(1.6e12 / 24)
+    # the profile's own bandwidth reproduces its MTE2 rate
+    same = hw.with_hbm_bandwidth(core, core.hbm_bandwidth.value)
+    assert same.core.load.rate.value == core.core.load.rate.value
+    with pytest.raises(TypeError, match="HardwareProfile"):
+        hw.with_hbm_bandwidth("ascend", 1e12)
+
+
+def test_with_hbm_bandwidth_changes_an_mte2_bound_makespan():
+    from flashlab.pipeline.simulate import simulate_fa
+    core = hw.ASCEND_910B_AI_CORE
+    shape = dict(seq_q=128, seq_kv=1024, d_qk=192, d_v=128, block_q=128, block_k=128)
+    share = core.hbm_bandwidth.value
+    r = {f: simulate_fa(hw.with_hbm_bandwidth(core, f * share), "ping_pong", **shape)
+         for f in (1.0, 0.5)}
+    assert r[1.0].critical_engine == r[0.5].critical_engine == "MTE2"
+    lat = core.core.load.latency.value
+    copies = 0
+    for fast, slow in zip(r[1.0].graph.tasks, r[0.5].graph.tasks):
+        assert fast.name == slow.name
+        if fast.engine == "MTE2" and fast.name[0] in "QKV":
+            # t = latency + bytes / r_load: half the rate, twice the transfer time
+            assert slow.duration - lat == pytest.approx(2 * (fast.duration - lat), rel=1e-12)
+            copies += 1
+    assert copies == 1 + 2 * 8  # Q, then K and V of 8 kv-blocks
+    # MTE2-bound: the makespan follows the copies (P comes back from the L2 workspace, whose rate
+    # does not move, so it grows by less than 2x)
+    assert 1.4 * r[1.0].makespan < r[0.5].makespan < 2 * r[1.0].makespan
+
+
 def test_formatting():
     assert format_bytes(196608) == "192 KiB"
     assert format_bytes(40e6) == "40 MB"

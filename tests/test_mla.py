@@ -1,4 +1,4 @@
-"""flashlab.mla: the three MLA dataflows agree with each other, with the float64 reference and
+"""flashlab.mla: the four MLA dataflows agree with each other, with the float64 reference and
 with finite differences, and the RECT dataflow never materialises a concatenated Q/K or a
 per-head copy of k_rope (checked on its ledger, on the arrays handed to the kernel, and on the
 memory really allocated, measured with tracemalloc).
@@ -68,7 +68,7 @@ def test_dataflows_match_float64_reference(case, dataflow):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_dataflows_agree_with_each_other(dtype):
-    """Same o and gradients from all three dataflows (only the rounding differs)."""
+    """Same o and gradients from all four dataflows (only the rounding differs)."""
     args, do = operands(2, 4, 33, 40, dtype=dtype, seed=2)
     results = {}
     for flow in mla.DATAFLOWS:
@@ -76,7 +76,8 @@ def test_dataflows_agree_with_each_other(dtype):
         results[flow] = (fwd.o,) + mla.mla_backward(do, fwd)[0]
     # float64: limited by the float32 LSE the backward recomputes P from (~1e-7 relative)
     rtol = 1e-5 if dtype == np.float32 else 1e-6
-    for flow in ("baseline", "native_v"):
+    assert set(results) == {"baseline", "native_v", "split_rope", "rect"}
+    for flow in ("baseline", "native_v", "split_rope"):
         for name, a, b in zip(("o",) + GRAD_NAMES, results[flow], results["rect"]):
             assert max_abs_err(a, b.astype(np.float64)) <= rtol * np.abs(b).max(), f"{flow} {name}"
 
@@ -158,6 +159,35 @@ def test_kernel_receives_the_callers_arrays(monkeypatch):
     for call in calls:
         assert call[1].shape[-1] == DN + DR and call[3].shape[-1] == DN + DR
         assert call[2].shape[1] == 4 and call[4] is None
+    # split RoPE alone: the caller's q_nope, k_nope and rope pair (one shared head), V padded
+    calls.clear()
+    mla.mla_backward(do, mla.mla_forward(*args, dataflow="split_rope"))
+    assert [c[0] for c in calls] == ["fwd", "bwd"]
+    for call in calls:
+        assert call[1] is args[0] and call[2] is args[1] and call[4] is args[3] and call[5] is args[4]
+        assert call[3].shape[-1] == DN + DR and np.array_equal(call[3][..., :DV], args[2])
+        assert not call[3][..., DV:].any()
+
+
+def test_split_rope_ledger_is_pad_kernel_slice():
+    """split_rope: the baseline's pad V and slice O around RECT's kernel call (no expand, no
+    concat); backward: pad dO, the kernel, slice dV (no split, no head sum)."""
+    B, H, S = 1, 4, 32
+    args, do = operands(B, H, S, S, seed=7)
+    fwd = mla.mla_forward(*args, dataflow="split_rope")
+    assert [s.name for s in fwd.ledger] == ["pad V", "flash attention", "slice O"]
+    kernel = fwd.ledger[1]
+    assert kernel.reads == {"q": (B, H, S, DN), "k": (B, H, S, DN), "v": (B, H, S, DN + DR),
+                            "q_rope": (B, H, S, DR), "k_rope": (B, 1, S, DR)}
+    assert kernel.writes["o"] == (B, H, S, DN + DR) and fwd.o.shape == (B, H, S, DV)
+    # the kernel does the baseline's matmuls: QK^T over D, PV over the padded D
+    base = mla.mla_forward(*args, dataflow="baseline")
+    assert kernel.matmuls == next(s for s in base.ledger if s.name == "flash attention").matmuls
+    grads, ledger = mla.mla_backward(do, fwd)
+    assert [s.name for s in ledger] == ["pad dO", "flash attention backward", "slice dV"]
+    assert ledger[1].writes["dk_rope"] == (B, 1, S, DR) and grads[4].shape == (B, 1, S, DR)
+    with pytest.raises(ValueError, match="split_rope dataflow pads V"):
+        mla.mla_forward(*operands(1, 2, 8, 8, dn=8, dr=4, dv=16)[0], dataflow="split_rope")
 
 
 @pytest.mark.parametrize("dataflow", mla.DATAFLOWS)

@@ -70,6 +70,18 @@ def test_separate_steps_each_idea_removes_its_operators():
     assert rect.separate_steps(SMALL, {"split_rope"})[0] == pad
 
 
+@pytest.mark.parametrize("ideas", rect.all_combinations(), ids=rect.label)
+def test_separate_steps_are_the_dataflows_own(ideas):
+    """Removing each idea's operators from the baseline leaves exactly the separate operators of
+    the flashlab.mla dataflow of those ideas (split_rope alone: pad V / slice O, no concat)."""
+    flow = rect.dataflow_of(ideas)
+    assert flow in cost.MLA_DATAFLOWS
+    args, kw = SMALL.cost_args()
+    for backward, fn in ((False, cost.mla_forward_steps), (True, cost.mla_backward_steps)):
+        own = [s for s in fn(*args, dataflow=flow, **kw) if not s.name.startswith("flash attention")]
+        assert rect.separate_steps(SMALL, ideas, backward=backward) == own, (flow, backward)
+
+
 def test_op_seconds_is_bytes_over_bandwidth():
     step = cost.StepCost("x", 0, 3_000, 1_000, 1_000)
     assert rect.op_seconds(step, 2_000.0) == 2.0

@@ -311,13 +311,56 @@ def bound(profile: HardwareProfile, intensity: float) -> str:
     return "memory" if intensity < ridge_point(profile) else "compute"
 
 
+#: the engines of a :class:`CoreModel` that stream to and from main memory: their rate is the
+#: core's share of the HBM bandwidth (the profile's ``hbm_bandwidth``), see :func:`with_hbm_bandwidth`
+HBM_ENGINES = ("load", "store")
+#: the memory levels that *are* main memory (their ``bandwidth`` is the whole chip's HBM rate)
+MAIN_MEMORY_LEVELS = ("HBM", "GM")
+
+
 def with_hbm_bandwidth(profile: HardwareProfile, bytes_per_s: float,
                        source: str = "set by the reader") -> HardwareProfile:
-    """A copy of ``profile`` with another main-memory bandwidth, marked as an assumption."""
-    if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) or bytes_per_s <= 0:
+    r"""A copy of ``profile`` with another main-memory bandwidth ``bytes_per_s`` for its scope,
+    marked as an assumption, and every number derived from it moved with it.
+
+    ``bytes_per_s`` is what ``profile.hbm_bandwidth`` means: the chip's bandwidth for a chip
+    profile, one core's share $\beta_{core}$ for a per-core profile (pass
+    $\beta_{chip} / 24$ for an Ascend 910B AI Core, as :func:`flashlab.rect.with_chip_bandwidth`
+    and :func:`flashlab.widgets_pipeline.core_profile` do). The derived numbers are
+
+    - the rate of the core model's load and store engines (:data:`HBM_ENGINES`: MTE2 and MTE3,
+      cp.async / TMA and their stores), which stream at the core's HBM share,
+      $r_{load} = r_{store} = \beta_{core}$ (at import, ``ASCEND_910B_AI_CORE``'s MTE2 and MTE3
+      are ``1.6 TB/s / 24``, the SMs' loads are the chip's bandwidth / SMs);
+    - the bandwidth of the main-memory level (:data:`MAIN_MEMORY_LEVELS`), the whole pool that
+      this scope has a share of, scaled by the same factor
+      $\beta'_{pool} = \beta_{pool}\,\beta' / \beta$ (for a chip profile it is the new bandwidth
+      itself; for an AI Core $24\,\beta'_{core}$).
+
+    Everything else (the Cube, MTE1, FixPipe, the L2 workspace rate, latencies) stays.
+    """
+    if not isinstance(profile, HardwareProfile):
+        raise TypeError(f"profile must be a HardwareProfile; got {type(profile).__name__}")
+    if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) \
+            or not math.isfinite(bytes_per_s) or bytes_per_s <= 0:
         raise ValueError(f"bytes_per_s must be a positive number of byte/s; got {bytes_per_s!r}")
     bw = Param(float(bytes_per_s), "B/s", source, "assumption")
-    return dataclasses.replace(profile, hbm_bandwidth=bw)
+    # the factor every main-memory number moves by: beta' / beta
+    factor = bw.value / profile.hbm_bandwidth.value
+    memories = tuple(
+        dataclasses.replace(level, bandwidth=Param(
+            level.bandwidth.value * factor, "B/s",
+            f"{source} (scaled with hbm_bandwidth: {level.bandwidth.value * factor / 1e12:g} TB/s "
+            "for the whole pool)", "assumption"))
+        if level.name in MAIN_MEMORY_LEVELS and level.bandwidth is not None else level
+        for level in profile.memories)
+    core = profile.core
+    if core is not None:
+        # r_load = r_store = beta_core: the movers to and from GM stream at the core's HBM share
+        rate = Param(bw.value, "B/s", f"{source}: the core's HBM share (= hbm_bandwidth)", "assumption")
+        core = dataclasses.replace(core, **{name: dataclasses.replace(getattr(core, name), rate=rate)
+                                            for name in HBM_ENGINES})
+    return dataclasses.replace(profile, hbm_bandwidth=bw, memories=memories, core=core)
 
 
 _ENGINE_FIELDS = ("load", "l1_to_l0", "matmul", "acc_out", "vector", "store")
@@ -330,8 +373,10 @@ def with_core(profile: HardwareProfile, source: str = "set by the reader",
 
     The keys of ``values`` are an engine (``load``, ``l1_to_l0``, ``matmul``, ``acc_out``,
     ``vector``, ``store``) to set its rate, ``<engine>_latency`` to set its start latency in
-    seconds, or ``workspace_bandwidth`` / ``exp_rate``. Example, the MTE2 of an Ascend core if
-    the chip had 1.2 TB/s of HBM: ``with_core(ASCEND_910B_AI_CORE, load=1.2e12 / 24)``.
+    seconds, or ``workspace_bandwidth`` / ``exp_rate``. Example, an Ascend core whose Vector runs
+    at half the assumed rate: ``with_core(ASCEND_910B_AI_CORE, vector=64 * 1.8e9)``. To move the
+    HBM bandwidth use :func:`with_hbm_bandwidth`, which moves the load and store engines with it;
+    ``load=``/``store=`` here set one engine alone (the profile's ``hbm_bandwidth`` stays).
     """
     if not isinstance(profile, HardwareProfile) or profile.core is None:
         raise ValueError("profile must be a HardwareProfile with a core model (a per-core profile, "
@@ -550,8 +595,9 @@ def _cycles(n: int, clock: Param, why: str) -> Param:
 
 _LAT_DMA = "issue, address set-up and the first GM round trip; no figure found"
 _LAT_ON_CHIP = "issue and the set/wait flags that order it; no figure found"
-# share of the HBM bandwidth of one AI Core: beta_core = beta_chip / 24
-_MTE2_RATE = Param(_HBM_BW.value / _N_AIC.value, "B/s",
+# share of the HBM bandwidth of one AI Core: beta_core = beta_chip / 24, the core profile's
+# hbm_bandwidth; MTE2 and MTE3 (HBM_ENGINES) stream at it, and with_hbm_bandwidth keeps them so
+_MTE2_RATE = Param(_HBM_BW_CORE.value, "B/s",
                    "hbm_bandwidth (1.6 TB/s, itself an assumption) / 24 AI Cores: one core's share "
                    "when all 24 stream at once", "derived")
 # the GM workspace (S, P, partial O) stays in the 192 MiB L2: 110 byte/cycle x 1.8 GHz
