@@ -14,7 +14,7 @@ Implementations (``impl``):
   installed (optional: ``pip install -r requirements-bench.txt``); forward under
   ``torch.no_grad()``, backward ``out.backward(dO)`` on ``requires_grad`` leaves;
 * ``mla:<dataflow>``: :func:`flashlab.mla.mla_forward` / :func:`flashlab.mla.mla_backward` in
-  the ``baseline``, ``native_v`` and ``rect`` dataflows (the MLA section).
+  each dataflow of :data:`flashlab.cost.MLA_DATAFLOWS` (the MLA section).
 
 What is measured for each case
     * **time**: the median of up to ``repeats`` calls after one warm-up call at full size.
@@ -102,8 +102,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flashlab.api import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.cost import (attention_backward_flops, attention_flops, flash_backward_intensity,
-                           mla_backward_steps, mla_forward_steps, operation_intensities)
+from flashlab.cost import (MLA_DATAFLOWS, attention_backward_flops, attention_flops,
+                           flash_backward_intensity, mla_backward_steps, mla_forward_steps,
+                           operation_intensities)
 
 #: the attention implementations of the main section
 IMPLEMENTATIONS = ("flashlab", "numpy_naive", "torch_sdpa")
@@ -112,8 +113,6 @@ BASELINES = ("numpy_naive", "torch_sdpa")
 #: implementations with a backward (numpy naive has none in float32, see the module doc)
 HAS_BACKWARD = ("flashlab", "torch_sdpa")
 DIRECTIONS = ("forward", "backward")
-#: the MLA dataflows of :mod:`flashlab.mla`
-MLA_DATAFLOWS = ("baseline", "native_v", "rect")
 #: version of the JSON layout written by :func:`run_suite`
 SCHEMA = 1
 MB = 10 ** 6
@@ -1167,7 +1166,8 @@ def to_markdown(result: dict) -> str:
                   f"DeepSeek-V3-like heads (NoPE {dn}, RoPE {dr} with one shared k_rope head, V "
                   f"{dv}), B={cfg.batch}, H={cfg.mla_heads}, non-causal. Dataflows of "
                   "flashlab.mla (baseline: expand, concat, pad V, attention at 192/192, slice; "
-                  "native_v: no pad; rect: split accumulation at native dims), timed whole. "
+                  "native_v: no pad; split_rope: pad V, split accumulation, no concat; rect: "
+                  "split accumulation at native dims), timed whole. "
                   "GFLOP/s of the useful work (192/128). Modelled peak: flashlab.cost's ledger. "
                   "The concatenated rows time flashlab and torch SDPA on ready-made 192-dim Q, K.",
                   ""]

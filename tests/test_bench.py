@@ -35,8 +35,9 @@ def tiny_result():
 def test_suite_runs_every_case(tiny_result):
     res = tiny_result
     cases = bench.attention_cases(TINY) + bench.mla_cases(TINY)
-    # 2 N x 2 causal x (flashlab fwd, bwd; naive fwd) + 3 dataflows x 2 + flashlab 2
-    assert len(cases) == 2 * 2 * 3 + 6 + 2
+    # 2 N x 2 causal x (flashlab fwd, bwd; naive fwd) + 4 dataflows x 2 + flashlab 2
+    assert bench.MLA_DATAFLOWS == ("baseline", "native_v", "split_rope", "rect")
+    assert len(cases) == 2 * 2 * 3 + 8 + 2
     assert len(res["cases"]) == len(cases)
     assert all(r["status"] == "ok" for r in res["cases"]), \
         [(r["impl"], r["reason"]) for r in res["cases"] if r["status"] != "ok"]
