@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.checks import Problem, _contiguous, prepare
+# FORWARD_BLOCK and BACKWARD_BLOCK, the default tile sizes (and the measurements behind them),
+# are defined in flashlab.checks, whose prepare() needs them too, and re-exported from here
+from flashlab.checks import BACKWARD_BLOCK, FORWARD_BLOCK, Problem, _contiguous, prepare
 from flashlab.kernels.backward import flash_backward_kernel, q_splits, sum_partials
 from flashlab.kernels.forward import flash_forward_kernel
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
-
-#: The forward's default tile sizes ``(block_q, block_k)``. Measured on this 2-core machine
-#: (B=1, H=8, fp32, interleaved runs, speed relative to torch SDPA in the same run): D=128,
-#: N=4096: 64x64 0.77x, 128x128 0.85x, 256x64 0.86-0.92x, 256x128 0.95x; QK 192 / V 128,
-#: N=8192: 64x64 2.1x, 128x128 2.6x, 256x128 2.85x. A taller q-block re-reads K/V from memory fewer times
-#: (once per 256 query rows instead of 64) and gives BLAS larger gemms; 256x128 float32 tiles
-#: (128 KiB score tile + 128 KiB accumulator) still fit a core's 1 MiB L2.
-FORWARD_BLOCK = (256, 128)
-#: The backward's default tile sizes ``(block_q, block_k)``. Measured like the forward's,
-#: backward at D=128, N=2048 against torch SDPA's backward in the same run: 64x64 0.80x,
-#: 128x64 0.94x, 128x128 0.99x (in an earlier run, with torch slower, 64x64 gave 1.05x).
-BACKWARD_BLOCK = (128, 128)
 
 
 def compute_dtype(dtype: np.dtype) -> type:
@@ -78,7 +68,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     q_rope, k_rope : optional (B, H, Sq, Dr) and (B, Hr, Sk, Dr), ``H % Hr == 0``: their
         product is accumulated into the same score tile as ``q k^T``
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk); the defaults
-        (:data:`FORWARD_BLOCK`, 256 x 128) were the fastest measured on this machine
+        (:data:`~flashlab.checks.FORWARD_BLOCK`, 256 x 128) were the fastest measured on
+        this machine
 
     Returns
     -------
@@ -86,6 +77,21 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         in q's dtype; a row with no allowed key gives ``o = 0``
     lse : (B, H, Sq)
         float32, natural log; ``-inf`` for a row with no allowed key
+
+    Raises
+    ------
+    TypeError
+        ``q``, ``k``, ``v`` (or ``q_rope``, ``k_rope``) not a numpy array, not float16/32/64,
+        or ``k``, ``v``, ``q_rope``, ``k_rope`` not of q's dtype; ``scale`` not a real number;
+        ``causal`` not a bool; a ``window`` side neither int nor None; ``mask`` not a numpy
+        array of dtype bool; ``block_q``/``block_k`` not an int.
+    ValueError
+        an operand not 4-D or with an empty dim; ``k`` not (B, Hkv, Sk, Dqk) with q's B and
+        Dqk; ``H % Hkv != 0``; ``v`` not (B, Hkv, Sk, Dv) with k's B, Hkv, Sk; only one of
+        ``q_rope``/``k_rope`` given, or their shapes not (B, H, Sq, Dr) / (B, Hr, Sk, Dr) with
+        ``H % Hr == 0``; NaN or inf in an operand; ``scale`` not finite; ``window`` not a pair;
+        ``mask`` not broadcastable to (B, H, Sq, Sk); ``block_q`` or ``block_k`` < 1. Every
+        message names the argument and the expected shape or value.
 
     Notes
     -----
@@ -99,13 +105,16 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     return o.astype(p.dtype, copy=False), lse
 
 
-def tiles_computed(q, k, v, **options) -> np.ndarray:
+def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
+                   **options) -> np.ndarray:
     """Number of (q-block, kv-block) tiles the forward kernel computes, per (B, H, q-block).
 
-    Same arguments as :func:`flash_attention`; returns an int64 array (B, H, n_qblocks). Used by
-    the tests and the masks chapter to show that skipped tiles are really never computed.
+    Same arguments and defaults as :func:`flash_attention` (tiles
+    :data:`~flashlab.checks.FORWARD_BLOCK` unless ``block_q``/``block_k`` are given), same
+    errors; returns an int64 array (B, H, n_qblocks). Used by the tests and the masks chapter
+    to show that skipped tiles are really never computed.
     """
-    p = prepare(q, k, v, **options)
+    p = prepare(q, k, v, block_q=block_q, block_k=block_k, **options)
     tiles = _forward(p)[3]
     B, H = p.q.shape[:2]
     return tiles.reshape(B, H, -1)
@@ -205,8 +214,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, w
     do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
     q, k, v, scale, causal, window, mask, q_rope, k_rope : as in :func:`flash_attention`,
         and they must be the ones the forward was called with
-    block_q, block_k : the backward's tile sizes (any; default :data:`BACKWARD_BLOCK`,
-        128 x 128), independent of the forward's
+    block_q, block_k : the backward's tile sizes (any ints >= 1; default
+        :data:`~flashlab.checks.BACKWARD_BLOCK`, 128 x 128), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)
@@ -221,6 +230,18 @@ def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, w
         given, in the inputs' dtype with the shapes of q, k, v, q_rope, k_rope. dk, dv are
         summed over the query heads sharing each kv head (GQA) and dk_rope over those sharing
         each k_rope head. Rows with no allowed key (``lse = -inf``) contribute nothing.
+
+    Raises
+    ------
+    TypeError
+        as :func:`flash_attention` for ``q``, ``k``, ``v`` and the options; ``do``, ``o`` or
+        ``lse`` not a numpy array; ``do`` or ``o`` not of q's dtype; ``lse`` not float32 or
+        float64.
+    ValueError
+        as :func:`flash_attention` for ``q``, ``k``, ``v`` and the options; ``do`` or ``o``
+        not of shape (B, H, Sq, Dv), or not finite; ``lse`` not of shape (B, H, Sq), or
+        holding NaN or ``+inf``. Every message names the argument and the expected shape or
+        value.
 
     Notes
     -----

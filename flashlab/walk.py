@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab.api import compute_dtype
-from flashlab.checks import prepare
+from flashlab.checks import FORWARD_BLOCK, prepare
 from flashlab.kernels.forward import (finalize_rows, mask_tile, online_softmax_update,
                                       score_tile, tile_fully_masked)
 from flashlab.masks import EMPTY, FULL, PARTIAL, kv_block_range, tile_class
@@ -115,13 +115,16 @@ class Walk:
 
 
 def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                 q_rope=None, k_rope=None, block_q=64, block_k=64, b: int = 0,
-                 h: int = 0) -> Walk:
+                 q_rope=None, k_rope=None, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
+                 b: int = 0, h: int = 0) -> Walk:
     """Run the tiled forward for query head ``h`` of batch ``b`` one tile at a time; record it.
 
-    Arguments as :func:`flashlab.flash_attention` (same shapes, same validation through
-    :func:`flashlab.checks.prepare`), plus ``b`` and ``h``: the (batch, query head) to walk.
-    Keep the problem small (a few hundred rows): every step copies the q-block's state.
+    Arguments and defaults as :func:`flashlab.flash_attention` (same shapes, same validation
+    through :func:`flashlab.checks.prepare`, same default tiles
+    :data:`~flashlab.checks.FORWARD_BLOCK`, so that a walk with the same arguments is the
+    kernel's own walk), plus ``b`` and ``h``: the (batch, query head) to walk. Keep the problem
+    small (a few hundred rows): every step copies the q-block's state; to draw a walk with
+    several tiles on a small problem, pass small ``block_q``/``block_k`` explicitly.
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tools import book_ext, colab_cell, web_assets
-from tools.check_site import check_links, toc_pages
+from tools.check_site import (ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path,
+                              toc_pages)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = [p for p in toc_pages(ROOT / "_toc.yml") if (ROOT / f"{p}.ipynb").exists() and not p.endswith("api")]
@@ -45,6 +46,32 @@ def test_check_links_reports_missing_file_and_missing_anchor(tmp_path):
     assert len(problems) == 2
     assert any("broken link 'book/nope.html'" in p for p in problems)
     assert any("broken anchor 'book/a.html#gone'" in p for p in problems)
+
+
+def test_element_screenshots_are_named_after_the_page(tmp_path):
+    shot = tmp_path / "tiling_online_softmax.png"
+    assert element_shot_path(shot, 1) == tmp_path / "tiling_online_softmax-1.png"
+    assert element_shot_path(shot, 12).name == "tiling_online_softmax-12.png"
+
+
+def test_element_clip_covers_the_element_in_whole_pixels():
+    # fractional document coordinates: the clip starts at the floor and ends at the ceiling
+    clip = element_clip({"x": 10.4, "y": 5000.6, "width": 600.2, "height": 300.1})
+    assert clip == {"x": 10, "y": 5000, "width": 601, "height": 301, "scale": 1}
+    # kept inside the page's width, never at a negative offset
+    assert element_clip({"x": -3, "y": 0, "width": 2000, "height": 50}, page_width=1280) == \
+        {"x": 0, "y": 0, "width": 1280, "height": 50, "scale": 1}
+    # a missing or collapsed element gets no screenshot
+    assert element_clip(None) is None
+    assert element_clip({"x": 0, "y": 0, "width": 500, "height": 0}) is None
+
+
+def test_element_probe_looks_for_animations_and_widget_views():
+    # the animations (captioned figure or bare to_jshtml player) and the saved widget views
+    for selector in (".flashlab-animation", "div.animation", "application/vnd.jupyter.widget-view+json"):
+        assert selector in ELEMENTS_JS
+    js = element_rect_js(3)
+    assert "[3]" in js and "scrollIntoView" in js and "window.scrollY" in js
 
 
 def test_every_notebook_has_the_current_colab_cell():

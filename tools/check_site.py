@@ -13,7 +13,10 @@ unreachable: a proxy that refuses connections and a resolver that finds no name)
 
 and, over every HTML file of the site, that each internal link points to an existing file
 and, if it has a ``#fragment``, to an existing anchor in it. One screenshot per page is
-saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels).
+saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels), and
+one per animation and saved widget view on it, scrolled into view and clipped to the element,
+as ``<page>-<n>.png`` (n = 1, 2, ... in page order): these show the tile explorer and the
+animations even where the page is taller than the full-page screenshot.
 
 It talks to Chromium through the DevTools protocol over a WebSocket (``websocket-client``).
 Usage: ``python tools/check_site.py [--html _build/html] [--only intro,masks]``; exit 1 on
@@ -26,6 +29,7 @@ import base64
 import functools
 import http.server
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -70,6 +74,49 @@ PAGE_PROBE = r"""
   };
 })()
 """
+
+
+# The elements that get a screenshot of their own, in page order: animations (matplotlib's
+# ``to_jshtml`` player, ``div.animation``, inside ``figure.flashlab-animation`` when it has a
+# caption) and the output areas of saved widget views. An element inside another is skipped.
+ELEMENTS_JS = r"""
+(() => {
+  const found = [...document.querySelectorAll('.flashlab-animation, div.animation')];
+  for (const s of document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')) {
+    const area = s.closest('.cell_output') || s.parentElement;
+    if (area) found.push(area);
+  }
+  const unique = [...new Set(found)].filter(e => !found.some(o => o !== e && o.contains(e)));
+  return unique.sort((a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1);
+})()
+"""
+
+
+def element_rect_js(index: int) -> str:
+    """JavaScript that scrolls element ``index`` of :data:`ELEMENTS_JS` to the top of the view and
+    returns its box in document coordinates (null if there is no such element)."""
+    return (f"(() => {{ const e = {ELEMENTS_JS.strip()}[{int(index)}]; if (!e) return null; "
+            "e.scrollIntoView({block: 'start'}); const r = e.getBoundingClientRect(); "
+            "return {x: r.left + window.scrollX, y: r.top + window.scrollY, "
+            "width: r.width, height: r.height}; })()")
+
+
+def element_clip(box: dict | None, page_width: int = 1280) -> dict | None:
+    """The ``Page.captureScreenshot`` clip for an element box (document CSS pixels): whole
+    pixels, inside the page's width; None for a missing or invisible (under 2 x 2 px) element."""
+    if not box or box["width"] < 2 or box["height"] < 2:
+        return None
+    x, y = max(0, math.floor(box["x"])), max(0, math.floor(box["y"]))
+    width = min(page_width, math.ceil(box["x"] + box["width"])) - x
+    height = math.ceil(box["y"] + box["height"]) - y
+    if width < 2:
+        return None
+    return {"x": x, "y": y, "width": width, "height": height, "scale": 1}
+
+
+def element_shot_path(shot: Path, n: int) -> Path:
+    """``<page>-<n>.png`` beside the page's own screenshot ``<page>.png`` (n from 1)."""
+    return shot.with_name(f"{shot.stem}-{n}{shot.suffix}")
 
 
 class CDP:
@@ -281,9 +328,37 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
         cdp.drain(0.3)
         png = cdp.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
         shot.write_bytes(base64.b64decode(png))
+        problems += _element_shots(cdp, session, shot)
         return problems
     finally:
         cdp.send("Target.closeTarget", {"targetId": target})
+
+
+def _element_shots(cdp: CDP, session: str, shot: Path) -> list[str]:
+    """Screenshot every element of :data:`ELEMENTS_JS` on the open page, clipped to it, as
+    ``<page>-<n>.png``; stale ones of an earlier run are removed first. Returns problems."""
+    for old in shot.parent.glob(f"{shot.stem}-*{shot.suffix}"):
+        if old.stem.removeprefix(f"{shot.stem}-").isdigit():
+            old.unlink()
+    evaluate = functools.partial(cdp.send, "Runtime.evaluate", session=session)
+    count = evaluate({"expression": f"{ELEMENTS_JS.strip()}.length", "returnByValue": True})["result"]["value"]
+    problems, n = [], 0
+    for i in range(count):
+        # a viewport as tall as the element (at least 900 px), so that the whole of it is painted
+        box = evaluate({"expression": element_rect_js(i), "returnByValue": True})["result"].get("value")
+        height = max(900, int(box["height"]) + 20) if box else 900
+        cdp.send("Emulation.setDeviceMetricsOverride",
+                 {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        box = evaluate({"expression": element_rect_js(i), "returnByValue": True})["result"].get("value")
+        cdp.drain(0.3)
+        clip = element_clip(box)
+        if clip is None:
+            problems.append(f"element screenshot {i + 1}: the element is missing or has no size ({box})")
+            continue
+        png = cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip}, session=session)["data"]
+        n += 1
+        element_shot_path(shot, n).write_bytes(base64.b64decode(png))
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
                 report[page] = check_page(cdp, f"http://127.0.0.1:{port}/{page}.html", shot,
                                           notebook=notebook, settle=args.settle, max_height=args.max_height)
                 status = "ok" if not report[page] else f"{len(report[page])} problem(s)"
-                print(f"  {page:<32} {status:<14} {time.monotonic() - t0:4.1f} s  -> {shot.relative_to(ROOT) if shot.is_relative_to(ROOT) else shot}")
+                n_elements = sum(1 for p in shot.parent.glob(f"{shot.stem}-*{shot.suffix}")
+                                 if p.stem.removeprefix(f"{shot.stem}-").isdigit())
+                more = f" (+{n_elements} element shots {shot.stem}-1..{n_elements})" if n_elements else ""
+                print(f"  {page:<32} {status:<14} {time.monotonic() - t0:4.1f} s  -> "
+                      f"{shot.relative_to(ROOT) if shot.is_relative_to(ROOT) else shot}{more}")
         finally:
             proc.terminate()
             proc.wait(timeout=10)
