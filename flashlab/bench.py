@@ -515,8 +515,9 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
 
     ``settle_seconds``: an untimed pause before every timed call. A call pays for what the
     call before it left behind: right after numpy naive's N=8192 forward (GBs allocated and
-    returned to the OS), flashlab's causal forward took 1.03-1.07 s against 0.94-0.98 s
-    three seconds later, and its non-causal forward +2-3 %: the same absolute cost, so it
+    returned to the OS), flashlab's causal forward took 0.98-1.07 s against 0.94-0.98 s
+    three seconds later (three rounds), its non-causal forward +1-3 %: about the same absolute
+    cost, so it
     inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
 
     Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
