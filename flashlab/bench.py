@@ -517,8 +517,7 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     call before it left behind: right after numpy naive's N=8192 forward (GBs allocated and
     returned to the OS), flashlab's causal forward took 0.98-1.07 s against 0.94-0.98 s
     three seconds later (three rounds), its non-causal forward +1-3 %: about the same absolute
-    cost, so it
-    inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
+    cost, so it inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
 
     Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
     the second the matmul's; a case that raised ``MemoryError`` gets ``{"error": reason}``.
@@ -1034,10 +1033,11 @@ def backward_over_forward(result: dict) -> list[dict]:
     return out
 
 
-def _backward_over_forward_table(result: dict) -> list[str]:
+def _backward_over_forward_table(rows: list[dict]) -> list[str]:
+    """Markdown lines of :func:`backward_over_forward`'s ``rows``."""
     lines = ["| N | Dqk/Dv | causal | implementation | forward (ms) | backward (ms) "
              "| backward / forward | matmul FLOPs ratio |", "|---:|---|---|---|---:|---:|---:|---:|"]
-    for r in backward_over_forward(result):
+    for r in rows:
         lines.append(f"| {r['n']} | {r['d_qk']}/{r['d_v']} | {'yes' if r['causal'] else 'no'} "
                      f"| {r['impl']} | {r['forward_seconds'] * 1e3:.1f} "
                      f"| {r['backward_seconds'] * 1e3:.1f} | {r['ratio']:.2f} "
@@ -1156,11 +1156,12 @@ def to_markdown(result: dict) -> str:
                   + (" Backward: time of the backward alone; memory of a training step."
                      if direction == "backward" else ""), ""]
         lines += _attention_table(result, direction) + [""]
-    if backward_over_forward(result):
+    bwf = backward_over_forward(result)
+    if bwf:
         lines += ["## Backward / forward", "",
                   "The backward's time (alone) over the forward's, and the ratio of their "
                   "matmul FLOPs (2.5 at equal head dims: 5 matmuls per tile against 2).", ""]
-        lines += _backward_over_forward_table(result) + [""]
+        lines += _backward_over_forward_table(bwf) + [""]
     if case_table(result, section="mla", status=None):
         dn, dr, dv = cfg.mla_dims
         lines += ["## MLA", "",

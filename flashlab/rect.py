@@ -197,8 +197,9 @@ def dataflow_of(ideas: Iterable[str]) -> str:
     operators these ideas leave: ``"baseline"``, ``"native_v"``, ``"split_rope"`` or ``"rect"``
     (``"ping_pong"`` changes the schedule inside the kernel, not the operators)."""
     s = check_ideas(ideas)
-    return {(False, False): "baseline", (True, False): "native_v", (False, True): "split_rope",
-            (True, True): "rect"}["native_v" in s, "split_rope" in s]
+    # the inverse of cost.mla_dataflow_ideas: native_v drops the pad of V, split_rope splits RoPE
+    ideas_of_flow = ("native_v" not in s, "split_rope" in s)
+    return next(f for f in cost.MLA_DATAFLOWS if cost.mla_dataflow_ideas(f) == ideas_of_flow)
 
 
 def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:

@@ -86,6 +86,26 @@ MASK_KINDS = ["none", "causal", *WINDOWS, "mask(Sq,Sk)", "mask(B,1,Sq,Sk)", "mas
               "mask(B,H,Sq,Sk)", "causal+mask", "window+causal"]
 
 
+# ------------------------------------------------------- the grid the forward and backward share
+#: lengths, including ones no block divides; every ordered pair with Sq != Sk
+LENGTHS = [1, 7, 64, 129, 1000]
+LENGTH_PAIRS = [(sq, sk) for sq in LENGTHS for sk in LENGTHS if sq != sk]
+#: (Dqk, Dv) and (H, Hkv) pairs: equal dims, MLA's 192/128, odd dims; MHA, MQA, GQA
+DIMS = [(64, 64), (192, 128), (72, 40)]
+HEADS = [(4, 4), (4, 1), (8, 2)]
+#: 1 x 1 tiles: lengths and mask kinds
+ONE_BY_ONE_PAIRS = [(1, 1), (7, 13), (13, 7), (1, 64), (64, 1)]
+ONE_BY_ONE_KINDS = ["none", "causal", "window(-2,30)", "mask(Sq,Sk)"]
+#: dtypes and large logits: lengths, mask kinds, and the query scale that makes |scores| ~ 50..100
+DTYPE_PAIRS = [(7, 64), (129, 64), (64, 129)]
+DTYPE_KINDS = ["none", "causal", "window(-2,30)", "mask(B,1,Sq,Sk)"]
+Q_SCALES = [1.0, 25.0]
+Q_SCALE_IDS = ["logits~N(0,1)", "logits~50-100"]
+
+
+def pair_id(pair) -> str:
+    return f"Sq{pair[0]}-Sk{pair[1]}"
+
 # -------------------------------------------------------------------------------- tolerance
 def max_abs_err(x: np.ndarray, ref: np.ndarray) -> float:
     """max |x - ref| in float64 over entries where ``ref`` is finite (0.0 when there are none)."""

@@ -23,17 +23,10 @@ import flashlab
 from flashlab import api
 from flashlab.checks import prepare
 from flashlab.masks import EMPTY, band_from, classify_tiles
-from conftest import (MASK_KINDS, assert_close_to_reference, check_forward, dense_allowed,
-                      make_qkv, mask_options, random_mask, tolerance)
+from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
+                      ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, assert_close_to_reference,
+                      check_forward, dense_allowed, make_qkv, mask_options, pair_id, random_mask, tolerance)
 
-LENGTHS = [1, 7, 64, 129, 1000]
-LENGTH_PAIRS = [(sq, sk) for sq in LENGTHS for sk in LENGTHS if sq != sk]
-DIMS = [(64, 64), (192, 128), (72, 40)]
-HEADS = [(4, 4), (4, 1), (8, 2)]
-
-
-def pair_id(pair) -> str:
-    return f"Sq{pair[0]}-Sk{pair[1]}"
 
 
 # ----------------------------------------------------------------- the rule itself can fail
@@ -106,8 +99,8 @@ def test_block_sizes(blocks, sq_sk, kind):
     check_forward(inputs, block_q=bq, block_k=bk, **mask_options(kind, 1, 2, Sq, Sk))
 
 
-@pytest.mark.parametrize("kind", ["none", "causal", "window(-2,30)", "mask(Sq,Sk)"])
-@pytest.mark.parametrize("sq_sk", [(1, 1), (7, 13), (13, 7), (1, 64), (64, 1)], ids=pair_id)
+@pytest.mark.parametrize("kind", ONE_BY_ONE_KINDS)
+@pytest.mark.parametrize("sq_sk", ONE_BY_ONE_PAIRS, ids=pair_id)
 def test_block_one_by_one(sq_sk, kind):
     """1 x 1 tiles: every score is its own tile, every online-softmax step rescales."""
     Sq, Sk = sq_sk
@@ -116,9 +109,9 @@ def test_block_one_by_one(sq_sk, kind):
 
 
 # --------------------------------------------------------- dtypes and large-magnitude logits
-@pytest.mark.parametrize("q_scale", [1.0, 25.0], ids=["logits~N(0,1)", "logits~50-100"])
-@pytest.mark.parametrize("kind", ["none", "causal", "window(-2,30)", "mask(B,1,Sq,Sk)"])
-@pytest.mark.parametrize("sq_sk", [(7, 64), (129, 64), (64, 129)], ids=pair_id)
+@pytest.mark.parametrize("q_scale", Q_SCALES, ids=Q_SCALE_IDS)
+@pytest.mark.parametrize("kind", DTYPE_KINDS)
+@pytest.mark.parametrize("sq_sk", DTYPE_PAIRS, ids=pair_id)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
 def test_dtypes_and_large_logits(dtype, sq_sk, kind, q_scale):
     """float16/32/64 inputs, with ordinary and large (|scores| ~ 50..100) logits."""
