@@ -1,0 +1,95 @@
+"""flashlab.vendor: one row per vendor figure, four estimates, a verdict computed from them."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from flashlab import vendor
+from flashlab.vendor import Estimate, VendorRow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_row_has_four_estimates_a_source_and_a_verdict():
+    bib = (ROOT / "book" / "references.bib").read_text()
+    keys = set(re.findall(r"@\w+\{([^,]+),", bib))
+    rows = vendor.vendor_table()
+    assert len({r.key for r in rows}) == len(rows)
+    for r in rows:
+        assert set(r.estimates) == set(vendor.ESTIMATES)
+        assert r.source in keys
+        assert r.verdict and r.verdict == vendor.verdict(r)
+        assert any(e.known for e in r.estimates.values())
+
+
+def test_the_figures_are_the_seeds():
+    rows = {r.key: r for r in vendor.vendor_table()}
+    assert rows["fa_forward"].vendor == 1.30 and rows["fa_backward"].vendor == 1.20
+    assert rows["concat_share"].vendor == pytest.approx(0.135, abs=5e-4)
+    assert rows["inplace"].vendor == 1.205 and rows["ping_pong"].vendor == 0.08
+    assert rows["end_to_end"].vendor == 0.048 and rows["memory"].vendor == 4e9
+
+
+def test_known_estimates():
+    rows = {r.key: r for r in vendor.vendor_table()}
+    # FLOP ratios: forward (2*192 + 2*192) / (2*192 + 2*128), backward 5*192 / (3*192 + 2*128)
+    assert rows["fa_forward"].estimates["cost"].low == pytest.approx(1.2)
+    assert rows["fa_backward"].estimates["cost"].low == pytest.approx(960 / 832)
+    # the split RoPE product does the concatenated product's FLOPs
+    assert rows["inplace"].estimates["cost"].low == pytest.approx(1.0)
+    # native V saves V padded (192), O_att (192 + its LSE is in both) and the sliced O (128) minus O (128)
+    assert rows["memory"].estimates["cost"].low == 128 * 4096 * 384 * 2
+    assert not rows["ping_pong"].estimates["cpu"].known
+
+
+def test_cpu_estimates_follow_the_committed_run(tmp_path):
+    run = json.loads((vendor.DATA_DIR / "bench_mla.json").read_text())
+    for r in run["cases"]:
+        if r["impl"] == "mla:baseline" and r["direction"] == "forward":
+            r["seconds"] *= 2
+    path = tmp_path / "bench_mla.json"
+    path.write_text(json.dumps(run))
+    before = vendor.row("fa_forward").estimates["cpu"].low
+    after = vendor.row("fa_forward", mla_bench_json=str(path)).estimates["cpu"].low
+    assert after == pytest.approx(2 * before)
+
+
+def _row(kind, v, **est):
+    full = {k: est.get(k, Estimate(None, None, "—")) for k in vendor.ESTIMATES}
+    return VendorRow("x", "x", v, kind, "k", "", "", full)
+
+
+@pytest.mark.parametrize("estimates, expected", [
+    ({"cost": Estimate(1.28, 1.28, "1.28")}, "consistent: cost model"),
+    ({"cost": Estimate(1.1, 1.1, "1.10"), "cpu": Estimate(1.05, 1.05, "1.05")}, "ours smaller: at most 1.10"),
+    ({"pipeline": Estimate(1.5, 1.7, "1.50–1.70")}, "ours larger: at least 1.50–1.70"),
+    ({"roofline": Estimate(1.2, 1.4, "1.20–1.40")}, "consistent: 910B roofline"),
+    ({}, "not modelled"),
+])
+def test_verdict_of_a_speedup(estimates, expected):
+    assert vendor.verdict(_row("speedup", 1.30, **estimates)) == expected
+
+
+def test_verdict_mixed_names_both_sides():
+    v = vendor.verdict(_row("cut", 0.08, cost=Estimate(0.0, 0.0, "0%"), pipeline=Estimate(0.2, 0.3, "20%–30%")))
+    assert v.startswith("mixed") and "pipeline simulation 20%–30%" in v and "cost model 0%" in v
+
+
+def test_verdict_of_a_step_gain_is_not_a_test():
+    assert "not a test" in vendor.verdict(_row("step gain", 0.048, cost=Estimate(0.2, 0.3, "")))
+    assert vendor.verdict(_row("step gain", 0.048, cost=Estimate(0.5, 1.4, ""))).startswith("inconsistent")
+
+
+def test_amdahl_share():
+    # 1 / 1.048 = 1 - f (1 - 1 / s)
+    f = vendor.amdahl_share(0.048, 1.2)
+    assert 1 / 1.048 == pytest.approx(1 - f * (1 - 1 / 1.2))
+    assert vendor.amdahl_share(0.048, 1.0) == float("inf")
+
+
+def test_table_markdown_and_row_lookup():
+    md = vendor.table_markdown(["concat_share", "inplace"])
+    assert md.count("\n|") == 3 and "13.5%" in md and "{cite}`ascend2025rectfa`" in md
+    with pytest.raises(KeyError, match="fa_forward"):
+        vendor.row("nope")
