@@ -438,3 +438,23 @@ def test_bench_simulator_runs():
     assert out["two_stage"]["tasks"] == 2000
     assert out["flash_attention"]["tasks"] > 1000
     assert all(math.isfinite(v["simulate_s"]) and v["simulate_s"] > 0 for v in out.values())
+
+
+def test_four_l1_buffers_queue_prefetches_ahead_of_p():
+    # more buffers issue K/V copies earlier; MTE2 is in order, so the copy of P_0 (on the
+    # loop-carried chain through the workspace) waits behind them and the whole loop is later
+    from flashlab.pipeline import ASCEND_910B_AI_CORE, simulate_fa
+
+    runs = {nb: simulate_fa(ASCEND_910B_AI_CORE, "n_buffers", 128, 512, 192, 128, 128, 128, n_buffers=nb)
+            for nb in (2, 4)}
+
+    def start_of(r, name):
+        return next(r.start[i] for i, t in enumerate(r.graph.tasks) if t.engine == "MTE2" and t.name == name)
+
+    def copies_before(r, name):
+        mte2 = [t.name for t in r.graph.tasks if t.engine == "MTE2"]
+        return mte2[:mte2.index(name)]
+
+    assert start_of(runs[4], "P0") > start_of(runs[2], "P0")
+    assert len(copies_before(runs[4], "P0")) > len(copies_before(runs[2], "P0"))
+    assert runs[4].makespan > runs[2].makespan

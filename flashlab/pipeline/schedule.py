@@ -64,8 +64,9 @@ $PV$ (the accumulator it rescales).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from flashlab.pipeline.hardware import HardwareProfile
 from flashlab.pipeline.simulate import TaskGraph
@@ -281,6 +282,74 @@ def cube_order(n_steps: int, lookahead: int) -> list[tuple[str, int]]:
     return order
 
 
+class _Loads(NamedTuple):
+    """The MTE2 copies of one graph under construction (closures of :func:`build_fa_graph`):
+    ``q(t, part)``, ``k(t, part)``, ``v(t)``, ``p(t)`` add the copy of step ``t``'s tile to the
+    MTE2 program; ``last_mm(kind, t)`` is the key of matmul ``(kind, t)``'s last Cube task."""
+
+    q: Callable
+    k: Callable
+    v: Callable
+    p: Callable
+    last_mm: Callable
+
+
+def iterate_all_loads(prog: "_Program", loads: _Loads, corder: list, steps: list, parts: tuple,
+                      base_k: int, gm: bool) -> None:
+    """MTE2's program under ``IterateAll``: each matmul copies its own operands, after the
+    previous matmul's Cube work (and $PV$'s after the softmax: the API is called once $P$ exists)."""
+    prev = None
+    for kind, t in corder:
+        if kind == "QK":
+            # split RoPE: two IterateAll calls (nope, then rope), each with its own copies
+            for p in range(len(parts)):
+                first = []
+                if steps[t][1] == 0:
+                    loads.q(t, p)
+                    first.append(("Q", steps[t][0], p))
+                loads.k(t, p)
+                first.append(("K", t, p))
+                if prev is not None:
+                    for key in first:
+                        prog.depend(key, prev)
+                prev = ("MM", "QK", t, len(_cuts(parts[0], base_k)) - 1)
+        else:
+            loads.v(t)
+            if gm:
+                loads.p(t)
+            prog.depend(("V", t), ("SM", t))  # the API is called once P is ready
+            if prev is not None:
+                prog.depend(("V", t), prev)
+        prev = loads.last_mm(kind, t)
+
+
+def own_mte2_loads(loads: _Loads, corder: list, steps: list, n_buffers: int, gm: bool) -> None:
+    """MTE2's program with own copies into ``n_buffers`` L1 buffers per operand.
+
+    The B tile ($K_t$ or $V_t$) of the matmul at Cube position $c$ is copied once the Cube
+    reaches position $c - (n - 1)$ (the buffer it reuses is freed by the matmul at $c - n$);
+    $P_t$ when the Cube reaches $PV_t$ (it waits for the softmax anyway). MTE2 runs in order,
+    so the queue is sorted by (Cube position it is issued at, Cube position that reads it,
+    B before P): everything a copy's buffer waits for is ahead of it in the queue, and the
+    schedule cannot deadlock. More buffers move the B copies earlier in the queue — ahead of
+    copies of $P$ that the Cube needs sooner.
+    """
+    pos = {mat: p for p, mat in enumerate(corder)}
+    queue = []
+    for t, (i, j) in enumerate(steps):
+        if j == 0:
+            # Q's one buffer is freed by the last QK of the previous q-block
+            at = pos[("QK", t - 1)] + 0.5 if i > 0 else -1.0
+            queue.append(((at, pos[("QK", t)], 0), loads.q, t))
+        for kind, load in (("QK", loads.k), ("PV", loads.v)):
+            c = pos[(kind, t)]
+            queue.append(((max(0, c - n_buffers + 1) - 0.5, c, 0), load, t))
+        if gm:
+            queue.append(((pos[("PV", t)] - 0.5, pos[("PV", t)], 1), loads.p, t))
+    for _, load, t in sorted(queue, key=lambda item: item[0]):
+        load(t)
+
+
 def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: int, d_qk: int,
                    d_v: int, block_q: int, block_k: int, *, n_buffers: int | None = None,
                    pad_v: bool = False, split_rope: int = 0, lookahead: int = 1,
@@ -393,7 +462,6 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
     T = len(steps)
     last_of_block = {i * len(cols) + len(cols) - 1 for i in range(len(rows))}
     corder = cube_order(T, lookahead)
-    pos = {mat: p for p, mat in enumerate(corder)}
     engines = tuple(e for e in (E_LOAD, E_MTE1, E_MM, E_FIX, E_VEC, E_STORE) if e)
     prog = _Program(engines)
     parts = shape.qk_parts
@@ -431,51 +499,11 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
         n_work = _n_work(parts, base_k) if kind == "QK" else len(chunks(cols[steps[t][1]]))
         return ("MM", kind, t, n_work - 1)
 
+    loads = _Loads(load_q, load_k, load_v, load_p, last_mm)
     if strategy == "iterate_all":
-        # IterateAll: each matmul copies its own operands, after the previous matmul's Cube work
-        prev = None
-        for kind, t in corder:
-            if kind == "QK":
-                # split RoPE: two IterateAll calls (nope, then rope), each with its own copies
-                for p in range(len(parts)):
-                    first = []
-                    if steps[t][1] == 0:
-                        load_q(t, p)
-                        first.append(("Q", steps[t][0], p))
-                    load_k(t, p)
-                    first.append(("K", t, p))
-                    if prev is not None:
-                        for key in first:
-                            prog.depend(key, prev)
-                    prev = ("MM", "QK", t, len(chunks(parts[0])) - 1)
-            else:
-                load_v(t)
-                if gm:
-                    load_p(t)
-                prog.depend(("V", t), ("SM", t))  # the API is called once P is ready
-                if prev is not None:
-                    prog.depend(("V", t), prev)
-            prev = last_mm(kind, t)
+        iterate_all_loads(prog, loads, corder, steps, parts, base_k, gm)
     else:
-        # own MTE2 with n buffers for the B operands (K_t, V_t) and n for the A operand P_t:
-        # the B tile of the matmul at Cube position c is copied once the Cube reaches position
-        # c - (n - 1) (the buffer it reuses is freed by the matmul at c - n); P_t when the Cube
-        # reaches PV_t (it waits for the softmax anyway). MTE2 runs in order, so the queue is
-        # sorted by (Cube position it is issued at, Cube position that reads it, B before P):
-        # everything a copy's buffer waits for is ahead of it in the queue: no deadlock.
-        queue = []
-        for t, (i, j) in enumerate(steps):
-            if j == 0:
-                # Q's one buffer is freed by the last QK of the previous q-block
-                at = pos[("QK", t - 1)] + 0.5 if i > 0 else -1.0
-                queue.append(((at, pos[("QK", t)], 0), load_q, t))
-            for kind, load in (("QK", load_k), ("PV", load_v)):
-                c = pos[(kind, t)]
-                queue.append(((max(0, c - nb + 1) - 0.5, c, 0), load, t))
-            if gm:
-                queue.append(((pos[("PV", t)] - 0.5, pos[("PV", t)], 1), load_p, t))
-        for _, load, t in sorted(queue, key=lambda item: item[0]):
-            load(t)
+        own_mte2_loads(loads, corder, steps, nb, gm)
 
     # ---- MTE1, Cube, FixPipe in the Cube's order ---------------------------------------------
     for kind, t in corder:
