@@ -204,14 +204,15 @@ def pipeline_grid(base: PipelineSettings | None = None, *,
 
 
 def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int = 24,
-                       dpi: int = 60, interval: int = 400, unit: str = "us"):
+                       dpi: int = 100, interval: int = 400, unit: str = "us"):
     """A ``FuncAnimation`` that reveals the Gantt chart of ``settings`` in time: a cursor moves
-    from 0 to the makespan in ``frames`` steps and the part of the chart after it is hidden,
-    so the reader sees which engine works while which waits.
+    to the makespan in ``frames`` equal steps and the part of the chart after it is hidden,
+    so the reader sees which engine works while which waits. The first frame already shows
+    the first step (never an empty chart), the last one the whole schedule.
 
     The figure is closed in pyplot, so a notebook shows only the animation (``to_jshtml()``),
-    never a stray copy of the chart. Keep ``frames`` and ``dpi`` small: each frame is a PNG in
-    the page.
+    never a stray copy of the chart. Each frame is a PNG in the page: ``dpi`` 100 keeps the
+    labels readable; keep ``frames`` small.
     """
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
@@ -237,8 +238,8 @@ def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int 
     title = ax.get_title()
 
     def draw(k: int):
-        # t_k = makespan * k / (frames - 1)
-        t = end * k / (frames - 1)
+        # t_k = makespan * (k + 1) / frames: frame 0 shows the first step, the last the whole chart
+        t = end * (k + 1) / frames
         curtain.set_x(t)
         curtain.set_width(end - t)
         cursor.set_xdata([t, t])

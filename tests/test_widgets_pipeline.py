@@ -183,3 +183,14 @@ def test_animation_frames():
         pipeline_animation(frames=1)
     del anim
     gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def test_animation_first_frame_is_not_blank_and_last_is_whole():
+    anim = pipeline_animation(PipelineSettings(kv_blocks=2), frames=4, dpi=30)
+    fig = anim._fig
+    curtain = next(p for p in fig.axes[0].patches if p.get_alpha() == 0.92)
+    anim._func(0)
+    assert curtain.get_x() > 0
+    anim._func(3)
+    assert curtain.get_width() == 0
