@@ -145,7 +145,8 @@ class BenchConfig:
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
     - ``simulator_tasks``: time :func:`flashlab.pipeline.simulate.bench_simulator` on about
-      this many tasks (``None``: skip).
+      this many tasks (``None``: skip);
+    - ``tile_explorer``: time one step of the tile explorer (:func:`tile_explorer_step`).
     """
 
     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
@@ -172,6 +173,7 @@ class BenchConfig:
     matmul_repeats: int = 3
     first_call: str | None = "compile"
     simulator_tasks: int | None = 100_000
+    tile_explorer: bool = True
 
     def __post_init__(self):
         for name in ("sizes", "mla_sizes"):
@@ -596,6 +598,37 @@ def numba_first_call(compile: bool = True) -> dict:
 
 # ------------------------------------------------------------------------ estimates, FLOPs
 @functools.cache
+def tile_explorer_step(sq: int = 36, sk: int = 36, block: int = 8, mask_kind: str = "causal",
+                       dpi: int = 80) -> dict:
+    """Seconds per step of the tile explorer: the median over every step of one walk.
+
+    A step is what :meth:`flashlab.widgets.TileExplorer.redraw` does besides the widget
+    traffic: :meth:`flashlab.viz.tiles.WalkView.update` and the PNG
+    (:meth:`~flashlab.viz.tiles.WalkView.png`). The figure is built once before timing, as
+    the explorer builds it once per walk. Returns ``{"problem", "steps", "median_s",
+    "max_s", "build_s", "play_interval_s", "target_s"}``.
+    """
+    from flashlab.viz.tiles import WalkView       # a plain Agg figure: no pyplot, no backend switch
+    from flashlab.widgets import PLAY_INTERVAL_MS, walk_demo
+
+    walk, o_ref = walk_demo(sq, sk, block, block, mask_kind=mask_kind)
+    t0 = time.perf_counter()
+    view = WalkView(walk, o_ref, dpi=dpi)
+    view.update(0)
+    view.png()
+    build = time.perf_counter() - t0
+    seconds = []
+    for index in range(1, len(walk.steps)):
+        t0 = time.perf_counter()
+        view.update(index)
+        view.png()
+        seconds.append(time.perf_counter() - t0)
+    return {"problem": f"Sq = Sk = {sq}, {block} x {block} tiles, {mask_kind}, {dpi} dpi",
+            "steps": len(seconds), "median_s": float(np.median(seconds)),
+            "max_s": float(np.max(seconds)), "build_s": build,
+            "play_interval_s": PLAY_INTERVAL_MS / 1e3, "target_s": 0.15}
+
+
 def tile_fraction(n: int, block_q: int, block_k: int, causal: bool) -> float:
     """Fraction of the ``(n/block_q) x (n/block_k)`` tiles flashlab computes (1.0 unless
     causal; ~1/2 causal), from :func:`flashlab.masks.classify_tiles`."""
@@ -877,6 +910,9 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         from flashlab.pipeline.simulate import bench_simulator
         say(f"pipeline simulator ({config.simulator_tasks} tasks) ...")
         result["simulator"] = bench_simulator(config.simulator_tasks)
+    if config.tile_explorer:
+        say("tile explorer steps ...")
+        result["tile_explorer"] = tile_explorer_step()
     att, mla = attention_cases(config), mla_cases(config)
     # MLA-shape attention cases the main section also has are measured once
     unique = list(dict.fromkeys(att + mla))
@@ -1142,6 +1178,14 @@ def to_markdown(result: dict) -> str:
         for name, t in result["simulator"].items():
             lines.append(f"| {name} | {t['tasks']} | {t['build_s']:.2f} | {t['simulate_s']:.2f} "
                          f"| {t['tasks_per_s']:,.0f} |")
+    if result.get("tile_explorer"):
+        t = result["tile_explorer"]
+        lines += ["", "## Tile explorer", "",
+                  f"One step of the tile explorer (flashlab.viz.tiles.WalkView: move the artists, "
+                  f"draw and encode the PNG) for {t['problem']}: median {t['median_s'] * 1e3:.0f} ms, "
+                  f"slowest {t['max_s'] * 1e3:.0f} ms over {t['steps']} steps (the explorer plays "
+                  f"a step every {t['play_interval_s'] * 1e3:.0f} ms; target: median under "
+                  f"{t['target_s'] * 1e3:.0f} ms)."]
     lines += ["", "## Targets", "", "```"]
     for t in result["targets"]:
         val = "" if t["value"] is None else f" {t['value']:.3g} {t['op']} {t['threshold']:.3g}:"
@@ -1220,7 +1264,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mla:
         changes["mla_sizes"] = ()
     if args.mla_only:
-        changes.update(sizes=(), first_call=None, simulator_tasks=None)
+        changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False)
     config = replace(config, **changes)
     result = run_suite(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")

@@ -2,7 +2,8 @@
 
 - :class:`TileExplorer`: choose the tile sizes ``Br x Bc``, the lengths ``Sq, Sk`` and a mask;
   step (or play) through the forward kernel tile by tile (:func:`flashlab.walk.walk_forward`),
-  drawn by :func:`flashlab.viz.tiles.draw_walk_frame`.
+  drawn by a :class:`flashlab.viz.tiles.WalkView` that is built once per walk and only moves
+  its artists from step to step.
 - :func:`tile_walk_animation`: the same walk as a matplotlib ``FuncAnimation``; its
   ``to_jshtml()`` plays and scrubs in the static book, where no kernel runs.
 
@@ -12,7 +13,6 @@ animation) never needs it.
 from __future__ import annotations
 
 import base64
-import io
 
 import numpy as np
 
@@ -21,6 +21,8 @@ from flashlab.walk import Walk, walk_forward
 
 #: the mask kinds the explorer offers
 MASK_KINDS = ("none", "causal", "sliding window", "random dense mask")
+#: milliseconds between two steps when the explorer plays
+PLAY_INTERVAL_MS = 700
 #: side of the square patches that the random dense mask removes whole (so some tiles empty)
 PATCH = 8
 
@@ -71,8 +73,8 @@ def frame_indices(walk: Walk, include_skipped: bool = False) -> list[int]:
 
 
 def tile_walk_animation(sq: int = 32, sk: int = 32, block_q: int = 8, block_k: int = 8, *,
-                        include_skipped: bool = False, w: float = 8.0, h: float = 3.8,
-                        dpi: int = 70, interval: int = 800, **problem):
+                        include_skipped: bool = False, w: float = 8.0, h: float = 4.4,
+                        dpi: int = 80, interval: int = 800, **problem):
     """A ``FuncAnimation`` of the tile walk of :func:`demo_problem` (one frame per shown step).
 
     ``problem``: ``mask_kind``, ``window``, ``d``, ``dv``, ``seed`` as in :func:`demo_problem`.
@@ -84,17 +86,17 @@ def tile_walk_animation(sq: int = 32, sk: int = 32, block_q: int = 8, block_k: i
     from matplotlib.animation import FuncAnimation
     from matplotlib.figure import Figure
 
-    from flashlab.viz.tiles import draw_walk_frame
+    from flashlab.viz.tiles import WalkView
 
     walk, o_ref = walk_demo(sq, sk, block_q, block_k, **problem)
     shown = frame_indices(walk, include_skipped)
-    fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
+    view = WalkView(walk, o_ref, fig=Figure(figsize=(w, h), dpi=dpi))
 
     def draw(n: int):
-        draw_walk_frame(fig, walk, shown[n], o_ref)
+        view.update(shown[n])
         return []
 
-    return FuncAnimation(fig, draw, frames=len(shown), interval=interval, blit=False,
+    return FuncAnimation(view.fig, draw, frames=len(shown), interval=interval, blit=False,
                          repeat=False)
 
 
@@ -124,10 +126,12 @@ class TileExplorer:
         self.mask_kind = W.Dropdown(options=MASK_KINDS, value=mask_kind, description="mask",
                                     style={"description_width": "3em"},
                                     layout=W.Layout(width="14em"))
-        self.window = W.IntSlider(window, min=0, max=64, description="window", **slider)
+        # "window" needs more than the 3em of the short labels, or the HTML shows "win..."
+        self.window = W.IntSlider(window, min=0, max=64, description="window",
+                                  **{**slider, "style": {"description_width": "initial"}})
         self.step = W.IntSlider(0, min=0, max=0, description="step", continuous_update=True,
                                 layout=W.Layout(width="28em"))
-        self.play = W.Play(0, min=0, max=0, interval=700, description="play")
+        self.play = W.Play(0, min=0, max=0, interval=PLAY_INTERVAL_MS, description="play")
         W.jslink((self.play, "value"), (self.step, "value"))
         self.prev = W.Button(description="◀ prev", layout=W.Layout(width="6em"))
         self.next = W.Button(description="next ▶", layout=W.Layout(width="6em"))
@@ -147,6 +151,7 @@ class TileExplorer:
             self.info, self.out])
         self.walk: Walk | None = None
         self.o_ref: np.ndarray | None = None
+        self.view = None       # the WalkView of the current walk: built once per rebuild()
         self.figure = None
         self.rebuild()
 
@@ -160,6 +165,7 @@ class TileExplorer:
         self.walk, self.o_ref = walk_demo(self.sq.value, self.sk.value, self.block_q.value,
                                           self.block_k.value, mask_kind=self.mask_kind.value,
                                           window=self.window.value, seed=self.seed)
+        self.view = None
         n = self.n_steps
         computed = len(self.walk.computed)
         self.info.value = (f"{n} tiles: {computed} computed, {n - computed} skipped "
@@ -177,20 +183,24 @@ class TileExplorer:
     def redraw(self) -> None:
         """Draw the current step and put it, as a PNG, in the ``Output`` widget.
 
-        The PNG is set on the widget's ``outputs`` directly rather than captured with
+        The figure is built once per walk (a :class:`~flashlab.viz.tiles.WalkView`, on the
+        first redraw after :meth:`rebuild`); a step only updates its artists and encodes the
+        PNG. The PNG is set on the widget's ``outputs`` directly rather than captured with
         ``with self.out: display(...)``: that works under any matplotlib backend and in
         kernels driven by a client that does not route captured output (nbval, scripts).
         """
         if not self.draw_enabled or self.walk is None:
             return
-        from flashlab.viz.tiles import walk_frame_figure
+        from flashlab.viz.tiles import WalkView
 
         index = min(self.step.value, self.n_steps - 1)
-        self.figure = walk_frame_figure(self.walk, index, self.o_ref, dpi=self.dpi)
-        png = io.BytesIO()
-        self.figure.savefig(png, format="png")
+        if self.view is None:
+            self.view = WalkView(self.walk, self.o_ref, dpi=self.dpi)
+        self.view.update(index)
+        self.figure = self.view.fig
+        png = self.view.png()
         self.out.outputs = ({"output_type": "display_data", "metadata": {},
-                             "data": {"image/png": base64.b64encode(png.getvalue()).decode("ascii"),
+                             "data": {"image/png": base64.b64encode(png).decode("ascii"),
                                       "text/plain": f"<tile {index + 1} of {self.n_steps}>"}},)
 
     def _repr_mimebundle_(self, **kwargs):

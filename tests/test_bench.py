@@ -41,9 +41,12 @@ def test_suite_runs_every_case(tiny_result):
     assert len(res["cases"]) == len(cases)
     assert all(r["status"] == "ok" for r in res["cases"]), \
         [(r["impl"], r["reason"]) for r in res["cases"] if r["status"] != "ok"]
-    # a line for the matmul, one for numba, one for the simulator, one per case except the 2
-    # the MLA section reuses
-    assert len(res["_progress"]) == 3 + len(cases) - 2
+    # a line for the matmul, one for numba, one for the simulator, one for the tile explorer,
+    # one per case except the 2 the MLA section reuses
+    assert len(res["_progress"]) == 4 + len(cases) - 2
+    # the tile explorer's step time: a median over the steps of one walk
+    tex = res["tile_explorer"]
+    assert tex["steps"] > 0 and 0 < tex["median_s"] <= tex["max_s"]
     # the simulator's timing: both graphs, about the tasks asked for
     sim = res["simulator"]
     assert set(sim) == {"two_stage", "flash_attention"}
@@ -140,7 +143,7 @@ def test_json_and_markdown_round_trip(tiny_result, tmp_path):
     assert loaded["cases"] == json.loads(json.dumps(res["cases"]))
     md = bench.to_markdown(loaded)
     assert md == md_path.read_text()
-    for heading in ("## Machine peak", "## Numba first call", "## Pipeline simulator", "## Targets",
+    for heading in ("## Machine peak", "## Numba first call", "## Pipeline simulator", "## Tile explorer", "## Targets",
                     "## Attention forward", "## Attention backward", "## Backward / forward",
                     "## MLA",
                     "## Skipped and failed cases", "## Notes"):

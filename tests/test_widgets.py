@@ -103,3 +103,70 @@ def test_drawings_render():
     fig = block_map_figure(20, 20, 8, 8, window=(5, 0), current=(1, 1))
     assert "4 empty" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_a_step_moves_artists_and_builds_nothing(monkeypatch):
+    """A step of the explorer updates the artists of one figure; only a new walk builds one."""
+    import flashlab.viz.tiles as tiles
+
+    built = []
+    init = tiles.WalkView.__init__
+    monkeypatch.setattr(tiles.WalkView, "__init__",
+                        lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    ex = TileExplorer(sq=36, sk=36, block_q=8, block_k=8, mask_kind="causal")
+    assert len(built) == 1
+    fig, axes = ex.figure, list(ex.figure.axes)
+    children = [len(ax.get_children()) for ax in axes]
+    for index in (1, 5, 6, ex.n_steps - 1):
+        ex.step.value = index
+        assert ex.figure is fig and list(fig.axes) == axes
+        assert [len(ax.get_children()) for ax in axes] == children
+        st = ex.walk.steps[index]
+        # the outline sits on the step's tile, dashed when skipped; one dot per earlier computed tile
+        x, y, w, h = ex.view._current.get_bbox().bounds
+        assert (x, y, w, h) == (st.cols[0], st.rows[0], st.cols[1] - st.cols[0], st.rows[1] - st.rows[0])
+        assert (ex.view._current.get_linestyle() == "--") == st.skipped
+        earlier = sum(not s.skipped for s in ex.walk.steps[:index])
+        assert len(ex.view._dots.get_xdata()) == earlier
+        assert f"tile {index + 1}/{ex.n_steps}" in fig._suptitle.get_text()
+    assert len(built) == 1                     # stepping built no figure
+    ex.block_q.value = 4                        # a new walk: one new figure
+    assert len(built) == 2 and ex.figure is not fig
+
+
+def test_walk_view_one_row_qblocks_and_legend():
+    """With block_q = 1 the running-max panel still shows the row's m (a segment, not a point)."""
+    from matplotlib.text import Text
+
+    from flashlab.viz.tiles import WALK_FONT, WalkView
+
+    walk, o_ref = walk_demo(6, 10, 1, 4, mask_kind="causal")
+    view = WalkView(walk, o_ref)
+    for index, st in enumerate(walk.steps):
+        view.update(index)
+        x, y = view._m_after.get_data()
+        finite = np.isfinite(y)
+        if np.isfinite(st.m).all():
+            assert finite.sum() == 2 and x[finite][1] - x[finite][0] > 0.5   # a visible segment
+        visible = [b for b in view._l_bars if b.get_visible()]
+        assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]))
+    labels = [t.get_text() for t in view.fig.legends[0].get_texts()]
+    assert any("computed earlier" in t for t in labels) and any("skipped" in t for t in labels)
+    assert any("current tile" in t for t in labels)
+    view.png()
+    small = [t.get_text() for t in view.fig.findobj(Text)
+             if t.get_text().strip() and t.get_visible() and t.get_fontsize() < WALK_FONT["tick"]]
+    assert small == []                         # no text below 9 pt (10 px at 80 dpi)
+
+
+def test_window_label_is_not_cut():
+    ex = TileExplorer(sq=8, sk=8, block_q=4, block_k=4, draw=False)
+    assert ex.window.style.description_width == "initial"
+
+
+def test_tile_explorer_step_timing_record():
+    from flashlab.bench import tile_explorer_step
+
+    t = tile_explorer_step(sq=12, sk=12, block=4)
+    assert t["steps"] == 8 and 0 < t["median_s"] <= t["max_s"]
+    assert t["play_interval_s"] == 0.7

@@ -3,7 +3,7 @@
 - :func:`draw_block_map` / :func:`block_map_figure`: the ``Sq x Sk`` score grid cut into
   ``block_q x block_k`` tiles, each tile coloured by its class (empty = skipped, partial =
   masked element by element, full = no masking), the allowed entries shaded inside the tiles.
-- :func:`draw_walk_frame`: one step of a :class:`flashlab.walk.Walk`: the grid with the
+- :class:`WalkView` / :func:`draw_walk_frame`: one step of a :class:`flashlab.walk.Walk`: the grid with the
   current tile, the Q / K / V blocks that are "on chip" for it, the running max $m$ and sum
   $\\ell$ of the q-block's rows, and the error of the partial output $\\tilde O / \\ell$ against
   the reference output.
@@ -108,29 +108,10 @@ def block_map_figure(sq: int, sk: int, block_q: int, block_k: int, *, causal: bo
     return fig
 
 
-def _strip(ax, size: int, block: int, current: int | None, colour: str, vertical: bool,
-           label: str) -> None:
-    """One operand as a strip of blocks beside the grid; the block on chip is filled with ``colour``."""
-    n = -(-size // block)
-    for b in range(n):
-        a0, a1 = _tile_bounds(b, block, size)
-        on = b == current
-        face = colour if on else PALETTE["empty"]
-        rect = (Rectangle((0, a0), 1, a1 - a0) if vertical else Rectangle((a0, 0), a1 - a0, 1))
-        rect.set(facecolor=face, edgecolor="white", lw=1.2)
-        ax.add_patch(rect)
-    if vertical:
-        ax.set_xlim(0, 1)
-        ax.set_ylim(size, 0)
-        ax.set_ylabel(label, rotation=0, labelpad=10, va="center")
-    else:
-        ax.set_xlim(0, size)
-        ax.set_ylim(0, 1)
-        ax.set_ylabel(label, rotation=0, labelpad=10, va="center")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    for spine in ax.spines.values():
-        spine.set_visible(False)
+#: font sizes of the walk figure, in points: at the book's 80 dpi 9 pt is 10 px, the smallest text
+WALK_FONT = {"tick": 9, "label": 9.5, "title": 9.5, "suptitle": 10.5, "legend": 9}
+#: half-width of a row's mark in the running-state panels (rows are 1 apart)
+_ROW_HALF = 0.4
 
 
 def _finite_or_nan(x: np.ndarray) -> np.ndarray:
@@ -143,86 +124,242 @@ def _qblock_limits(walk, qb: int) -> tuple[tuple[float, float], float]:
     steps = [st for st in walk.steps if st.qb == qb]
     ms = np.concatenate([_finite_or_nan(st.m) for st in steps])
     m_lo, m_hi = (np.nanmin(ms), np.nanmax(ms)) if np.isfinite(ms).any() else (-1.0, 1.0)
-    pad = 0.1 * max(m_hi - m_lo, 1e-3)
+    pad = max(0.1 * (m_hi - m_lo), 0.5)      # at least +-0.5: one row's m is a visible mark
     l_hi = max(float(np.max([st.l.max() for st in steps])), 1e-3)
     return (m_lo - pad, m_hi + pad), 1.1 * l_hi
 
 
+def _row_segments(rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x, y of one short horizontal segment per row (NaN-separated): visible for a single row too."""
+    x = np.column_stack([rows - _ROW_HALF, rows + _ROW_HALF, np.full(rows.size, np.nan)]).ravel()
+    y = np.column_stack([values, values, np.full(rows.size, np.nan)]).ravel()
+    return x, y
+
+
+def walk_legend_handles() -> list:
+    """Legend entries of the walk figure: the three tile classes, the dots and the current tile."""
+    from matplotlib.lines import Line2D
+
+    handles = [Patch(color=_CLASS_COLOUR[c], label=_CLASS_LABEL[c]) for c in (FULL, PARTIAL, EMPTY)]
+    handles.append(Line2D([], [], ls="", marker="o", ms=4, color=PALETTE["text"],
+                          label="dot: tile computed earlier"))
+    handles.append(Patch(fill=False, ec=PALETTE["text"], lw=2,
+                         label="outline: current tile (dashed: skipped)"))
+    return handles
+
+
+class WalkView:
+    """One figure for a whole :class:`flashlab.walk.Walk`, built once; :meth:`update` shows a step.
+
+    Everything that does not change from step to step is computed and drawn in the constructor:
+    the tile classes and the block-map image, the grid lines, the Q / K / V strips, the axes,
+    the legend, the centres of the computed tiles, the y-limits of every q-block. A step then
+    only moves artists: the current tile's outline, the dots of the tiles computed before it
+    (one line artist), the colours of the strip blocks on chip, the marks of the running max
+    ``m`` (after and before the tile, one short segment per row, so a one-row q-block shows
+    too), the bars of ``l`` and of the error of the partial output, the limits and the title.
+
+    The layout is computed once (constrained layout, on the first draw) and then frozen, so a
+    step does not re-run the layout engine either. ``fig`` may be given (it is cleared);
+    otherwise a plain :class:`~matplotlib.figure.Figure` (not registered with pyplot) is made.
+    """
+
+    def __init__(self, walk, o_ref: np.ndarray, *, fig: Figure | None = None, w: float = 8.0,
+                 h: float = 4.4, dpi: int = 80, title: bool = True) -> None:
+        from matplotlib.lines import Line2D
+
+        self.walk, self.o_ref, self.title = walk, np.asarray(o_ref, dtype=np.float64), title
+        if fig is None:
+            fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
+        else:
+            fig.clear()
+            fig.set_layout_engine("constrained")
+        self.fig = fig
+        f = WALK_FONT
+        sq, sk, bq, bk = walk.sq, walk.sk, walk.block_q, walk.block_k
+
+        # ---- computed once: classes, allowed entries, computed tiles, per-q-block limits
+        ok = band_allowed(sq, sk, walk.left, walk.right)
+        if walk.mask is not None:
+            ok &= ~walk.mask
+        self.classes = classify_tiles(sq, sk, bq, bk, walk.left, walk.right, walk.mask)
+        computed = [i for i, st in enumerate(walk.steps) if not st.skipped]
+        self._computed_index = np.array(computed, dtype=np.int64)
+        centre = lambda st: ((st.cols[0] + st.cols[1]) / 2, (st.rows[0] + st.rows[1]) / 2)
+        xy = np.array([centre(walk.steps[i]) for i in computed]).reshape(-1, 2)
+        self._dot_x, self._dot_y = xy[:, 0], xy[:, 1]
+        self._limits = {qb: _qblock_limits(walk, qb) for qb in range(walk.n_qb)}
+
+        # ---- the left half: block map with the Q, K, V strips
+        left_fig, right_fig = fig.subfigures(1, 2, width_ratios=[1.2, 1.0])
+        gs = left_fig.add_gridspec(3, 2, width_ratios=[0.06, 1], height_ratios=[0.05, 0.05, 1],
+                                   hspace=0.05, wspace=0.03)
+        ax_k = left_fig.add_subplot(gs[0, 1])
+        ax_v = left_fig.add_subplot(gs[1, 1])
+        ax_q = left_fig.add_subplot(gs[2, 0])
+        self.ax_grid = ax = left_fig.add_subplot(gs[2, 1])
+        draw_block_map(ax, self.classes, ok, bq, bk, legend=False)
+        ax.set_ylabel("")
+        ax.tick_params(labelleft=False, labelsize=f["tick"])
+        ax.set_xlabel("key index j", fontsize=f["label"])
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        (self._dots,) = ax.plot([], [], "o", ms=4, color=PALETTE["text"])
+        self._current = Rectangle((0, 0), 1, 1, fill=False, lw=2.5, ec=PALETTE["text"])
+        ax.add_patch(self._current)
+        self._strips = {"q": _strip(ax_q, sq, bq, PALETTE["q"], True, "Q"),
+                        "k": _strip(ax_k, sk, bk, PALETTE["k"], False, "K"),
+                        "v": _strip(ax_v, sk, bk, PALETTE["v"], False, "V")}
+        self._on = {"q": None, "k": None, "v": None}
+        for strip_ax in (ax_q, ax_k, ax_v):
+            strip_ax.yaxis.label.set_fontsize(f["label"])
+
+        # ---- the right half: the running state of the current q-block's rows
+        self.ax_m, self.ax_l, self.ax_e = right_fig.subplots(3, 1, sharex=True)
+        (self._m_after,) = self.ax_m.plot([], [], color=PALETTE["s"], lw=2.5,
+                                          solid_capstyle="butt", label="after this tile")
+        (self._m_before,) = self.ax_m.plot([], [], color=PALETTE["text"], lw=1.2, ls="--",
+                                           label="before")
+        self.ax_m.set_title("running max m (dashed: before this tile)", fontsize=f["title"],
+                            loc="left")
+        slots = np.arange(bq, dtype=float)
+        self._l_bars = list(self.ax_l.bar(slots, np.zeros(bq), width=2 * _ROW_HALF,
+                                          color=PALETTE["full"]))
+        self.ax_l.set_title("running sum ℓ", fontsize=f["title"], loc="left")
+        self._e_bars = list(self.ax_e.bar(slots, np.full(bq, ERR_FLOOR), width=2 * _ROW_HALF,
+                                          color=PALETTE["o"], bottom=ERR_FLOOR * 0.1))
+        self.ax_e.set_yscale("log")
+        self.ax_e.set_ylim(ERR_FLOOR * 0.1, 10.0)
+        self.ax_e.set_yticks([1e-12, 1e-6, 1.0], ["1e-12", "1e-6", "1"])
+        self.ax_e.set_title("error of the partial output Õ/ℓ, per row", fontsize=f["title"],
+                            loc="left")
+        self.ax_e.set_xlabel("query row i of the current q-block", fontsize=f["label"])
+        self.ax_e.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True, min_n_ticks=1))
+        for a in (self.ax_m, self.ax_l, self.ax_e):
+            a.tick_params(labelsize=f["tick"])
+        self.ax_m.ticklabel_format(axis="y", useOffset=False)
+        fig.legend(handles=walk_legend_handles(), loc="outside lower center", ncols=3,
+                   fontsize=f["legend"], frameon=False, handlelength=1.5, columnspacing=1.2)
+        self._suptitle = fig.suptitle(" ", fontsize=f["suptitle"]) if title else None
+        self.index: int | None = None
+        self._frozen = False
+
+    def _set_strip(self, name: str, block: int | None, colour: str) -> None:
+        if self._on[name] == block:
+            return
+        patches = self._strips[name]
+        if self._on[name] is not None:
+            patches[self._on[name]].set_facecolor(PALETTE["empty"])
+        if block is not None:
+            patches[block].set_facecolor(colour)
+        self._on[name] = block
+
+    def update(self, index: int) -> None:
+        """Show step ``index`` of the walk: moves the artists, creates none."""
+        walk, st = self.walk, self.walk.steps[index]
+        (i0, i1), (j0, j1) = st.rows, st.cols
+        # the grid: current tile outline, dots on the tiles computed before this step
+        self._current.set_bounds(j0, i0, j1 - j0, i1 - i0)
+        self._current.set_linestyle("--" if st.skipped else "-")
+        n_done = int(np.searchsorted(self._computed_index, index))
+        self._dots.set_data(self._dot_x[:n_done], self._dot_y[:n_done])
+        on_chip = None if st.skipped else st.kb
+        self._set_strip("q", st.qb, PALETTE["q"])
+        self._set_strip("k", on_chip, PALETTE["k"])
+        self._set_strip("v", on_chip, PALETTE["v"])
+        # the running state of the q-block's rows
+        rows = np.arange(i0, i1, dtype=float)
+        self._m_after.set_data(*_row_segments(rows, _finite_or_nan(st.m)))
+        self._m_before.set_data(*_row_segments(rows, _finite_or_nan(st.m_prev)))
+        (m_lo, m_hi), l_hi = self._limits[st.qb]
+        self.ax_m.set_ylim(m_lo, m_hi)
+        self.ax_l.set_ylim(0, l_hi)
+        err = np.abs(st.o_partial.astype(np.float64) - self.o_ref[i0:i1]).max(axis=1)
+        for k, (lb, eb) in enumerate(zip(self._l_bars, self._e_bars)):
+            shown = k < rows.size
+            lb.set_visible(shown)
+            eb.set_visible(shown)
+            if shown:
+                lb.set_x(rows[k] - _ROW_HALF)
+                lb.set_height(float(st.l[k]))
+                eb.set_x(rows[k] - _ROW_HALF)
+                eb.set_height(float(max(err[k], ERR_FLOOR)))
+        self.ax_e.set_xlim(i0 - 0.6, i0 + walk.block_q - 0.4)
+        if self._suptitle is not None:
+            if st.skipped:
+                what = f"skipped: {st.reason}"
+            else:
+                what = "computed (" + ("partial, masked" if st.masked else "full, no masking") + ")"
+            self._suptitle.set_text(f"tile {index + 1}/{len(walk.steps)} in loop order: "
+                                    f"q-block {st.qb}, kv-block {st.kb}: {what}")
+        self.index = index
+        if not self._frozen:
+            # lay the figure out once (constrained layout, on a draw without rendering), then
+            # keep that layout for every later step
+            self.fig.draw_without_rendering()
+            self.fig.set_layout_engine("none")
+            self._frozen = True
+
+    def png(self) -> bytes:
+        """The current step as PNG bytes: one Agg draw and the encoding.
+
+        ``Figure.savefig`` would draw the figure twice (once more to settle a layout engine,
+        which the frozen layout does not need); the Agg canvas's ``print_png`` draws once.
+        """
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        canvas = self.fig.canvas
+        if not isinstance(canvas, FigureCanvasAgg):
+            canvas = FigureCanvasAgg(self.fig)
+        buf = io.BytesIO()
+        canvas.print_png(buf)
+        return buf.getvalue()
+
+
+def _strip(ax, size: int, block: int, colour: str, vertical: bool, label: str) -> list:
+    """One operand as a strip of blocks beside the grid (all off chip); returns the block patches."""
+    n = -(-size // block)
+    patches = []
+    for b in range(n):
+        a0, a1 = _tile_bounds(b, block, size)
+        rect = (Rectangle((0, a0), 1, a1 - a0) if vertical else Rectangle((a0, 0), a1 - a0, 1))
+        rect.set(facecolor=PALETTE["empty"], edgecolor="white", lw=1.2)
+        ax.add_patch(rect)
+        patches.append(rect)
+    if vertical:
+        ax.set_xlim(0, 1)
+        ax.set_ylim(size, 0)
+    else:
+        ax.set_xlim(0, size)
+        ax.set_ylim(0, 1)
+    ax.set_ylabel(label, rotation=0, labelpad=10, va="center")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    return patches
+
+
 def draw_walk_frame(fig: Figure, walk, index: int, o_ref: np.ndarray, *,
-                    title: bool = True) -> None:
+                    title: bool = True) -> WalkView:
     """Draw step ``index`` of ``walk`` (a :class:`flashlab.walk.Walk`) into ``fig`` (cleared first).
 
     o_ref (Sq, Dv): the reference output of the walked (batch, head), e.g.
     ``attention_reference(...)[0][b, h]``. Panels: the tile grid with the Q, K and V strips
-    (the blocks on chip are coloured), and for the rows of the current q-block the running max
-    ``m`` (dashed: before this tile), the running sum ``l`` and the per-row error
-    ``max_d |O_partial - O_ref|`` on a log scale.
+    (the blocks on chip are coloured) and a legend, and for the rows of the current q-block
+    the running max ``m`` (dashed: before this tile), the running sum ``l`` and the per-row
+    error ``max_d |O_partial - O_ref|`` on a log scale. Returns the :class:`WalkView`; to show
+    several steps, keep it and call its :meth:`WalkView.update` (much faster than redrawing).
     """
-    st = walk.steps[index]
-    fig.clear()
-    left_fig, right_fig = fig.subfigures(1, 2, width_ratios=[1.25, 1.0])
-    gs = left_fig.add_gridspec(3, 2, width_ratios=[0.06, 1], height_ratios=[0.05, 0.05, 1],
-                               hspace=0.05, wspace=0.03)
-    ax_k = left_fig.add_subplot(gs[0, 1])
-    ax_v = left_fig.add_subplot(gs[1, 1])
-    ax_q = left_fig.add_subplot(gs[2, 0])
-    ax_grid = left_fig.add_subplot(gs[2, 1])
-
-    ok = band_allowed(walk.sq, walk.sk, walk.left, walk.right)
-    if walk.mask is not None:
-        ok &= ~walk.mask
-    classes = classify_tiles(walk.sq, walk.sk, walk.block_q, walk.block_k, walk.left,
-                             walk.right, walk.mask)
-    done = [(s.qb, s.kb) for s in walk.steps[:index] if not s.skipped]
-    draw_block_map(ax_grid, classes, ok, walk.block_q, walk.block_k, current=(st.qb, st.kb),
-                   done=done, legend=False)
-    ax_grid.set_ylabel("")
-    ax_grid.tick_params(labelleft=False, labelsize=7)
-    ax_grid.set_xlabel("key index j", fontsize=8)
-    on_chip = None if st.skipped else st.kb
-    _strip(ax_q, walk.sq, walk.block_q, st.qb, PALETTE["q"], True, "Q")
-    _strip(ax_k, walk.sk, walk.block_k, on_chip, PALETTE["k"], False, "K")
-    _strip(ax_v, walk.sk, walk.block_k, on_chip, PALETTE["v"], False, "V")
-
-    # the q-block's rows: running state after this tile
-    i0, i1 = st.rows
-    rows = np.arange(i0, i1)
-    ax_m, ax_l, ax_e = right_fig.subplots(3, 1, sharex=True)
-    (m_lo, m_hi), l_hi = _qblock_limits(walk, st.qb)
-    ax_m.step(rows, _finite_or_nan(st.m), where="mid", color=PALETTE["s"], lw=2, label="after")
-    ax_m.step(rows, _finite_or_nan(st.m_prev), where="mid", ls="--", lw=1,
-              color=PALETTE["text"], label="before")
-    ax_m.set_ylim(m_lo, m_hi)
-    ax_m.set_title("running max m (dashed: before this tile)", fontsize=8, loc="left")
-    ax_l.bar(rows, st.l, width=0.8, color=PALETTE["full"])
-    ax_l.set_ylim(0, l_hi)
-    ax_l.set_title("running sum ℓ", fontsize=8, loc="left")
-    err = np.abs(st.o_partial.astype(np.float64) - o_ref[i0:i1]).max(axis=1)
-    ax_e.bar(rows, np.maximum(err, ERR_FLOOR), width=0.8, color=PALETTE["o"],
-             bottom=ERR_FLOOR * 0.1)
-    ax_e.set_yscale("log")
-    ax_e.set_ylim(ERR_FLOOR * 0.1, 10.0)
-    ax_e.set_yticks([1e-12, 1e-6, 1.0])
-    ax_e.set_title("error of the partial output Õ/ℓ vs reference, per row", fontsize=8,
-                   loc="left")
-    ax_e.set_xlabel("query row i of the current q-block", fontsize=8)
-    ax_e.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in (ax_m, ax_l, ax_e):
-        ax.tick_params(labelsize=7)
-    if title:
-        n = len(walk.steps)
-        if st.skipped:
-            what = f"skipped: {st.reason}"
-        else:
-            kind = "partial, masked" if st.masked else "full, no masking"
-            what = f"computed ({kind})"
-        fig.suptitle(f"tile {index + 1}/{n} in loop order: q-block {st.qb}, kv-block {st.kb}: {what}",
-                     fontsize=9)
+    view = WalkView(walk, o_ref, fig=fig, title=title)
+    view.update(index)
+    return view
 
 
-def walk_frame_figure(walk, index: int, o_ref: np.ndarray, *, w: float = 8.0, h: float = 3.8,
+def walk_frame_figure(walk, index: int, o_ref: np.ndarray, *, w: float = 8.0, h: float = 4.4,
                       dpi: int = 80) -> Figure:
     """A new (non-pyplot) figure holding :func:`draw_walk_frame` of step ``index``."""
-    fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
-    draw_walk_frame(fig, walk, index, o_ref)
-    return fig
+    view = WalkView(walk, o_ref, w=w, h=h, dpi=dpi)
+    view.update(index)
+    return view.fig
