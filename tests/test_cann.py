@@ -87,9 +87,32 @@ def from_layout(y: np.ndarray, layout: str, n: int) -> np.ndarray:
     raise AssertionError(layout)
 
 
+#: softmax_max / softmax_sum of a row with no allowed key (the vendor golden's float32 min / max)
+EMPTY_MAX, EMPTY_SUM = -3.4028235e38, 3.4028235e38
+
+
 def lse_of(softmax_max: np.ndarray, softmax_sum: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return softmax_max[..., 0].astype(np.float64) + np.log(softmax_sum[..., 0].astype(np.float64))
+    """LSE = max + log(sum) of the first copy; -inf where the stats are the empty-row pair."""
+    m = softmax_max[..., 0].astype(np.float64)
+    s = softmax_sum[..., 0].astype(np.float64)
+    empty = (m == np.float32(EMPTY_MAX)) & (s == np.float32(EMPTY_SUM))
+    return np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, s)))
+
+
+def tnd_rows(x: np.ndarray, q_lens: list[int], n: int, layout: str = "") -> np.ndarray:
+    """TND softmax stats (T, N, 8) -> token-major (T, N, 8).
+
+    Default layout NTD: sequence by sequence, a block [N, Sq_i, 8] of each (the vendor golden
+    concatenates each sequence's flattened [1, N, Sq_i, 8]).
+    """
+    if layout == "TND":
+        return x
+    flat = x.reshape(-1, 8)
+    out, t = np.empty_like(x), 0
+    for sq in q_lens:
+        out[t:t + sq] = flat[n * t:n * (t + sq)].reshape(n, sq, 8).transpose(1, 0, 2)
+        t += sq
+    return out
 
 
 def check(o, lse, q, k, v, allowed4, what=""):
@@ -169,7 +192,8 @@ def test_no_mask_is_full_attention_and_float16_keeps_dtype():
 
 # --------------------------------------------------------------------------- softmax stats
 def test_softmax_max_and_sum_values():
-    """max = row max of the scaled masked scores, sum = sum exp(s - max); empty rows -inf / 0."""
+    """max = row max of the scaled masked scores, sum = sum exp(s - max); a row with no key
+    gets max = float32 lowest, sum = float32 max and out = 0 (vendor golden cpu_impl.py)."""
     sq, sk = 21, 13   # Sq > Sk: mode 3 leaves the first 8 rows without a key
     data = make_qkv(B, N1, N2, sq, sk, D, DV, seed=11)
     out, smax, ssum = cann.flash_attention_score(data["q"], data["k"], data["v"], N1, "BNSD",
@@ -183,8 +207,8 @@ def test_softmax_max_and_sum_values():
     assert empty.sum() == sq - sk
     # the 8 copies are equal
     assert (smax == smax[..., :1]).all() and (ssum == ssum[..., :1]).all()
-    np.testing.assert_array_equal(smax[..., 0][:, :, empty], -np.inf)
-    np.testing.assert_array_equal(ssum[..., 0][:, :, empty], 0.0)
+    np.testing.assert_array_equal(smax[:, :, empty], np.float32(EMPTY_MAX))
+    np.testing.assert_array_equal(ssum[:, :, empty], np.float32(EMPTY_SUM))
     assert (out[:, :, empty] == 0).all()
     np.testing.assert_allclose(smax[..., 0][:, :, ~empty], row_max[:, :, ~empty], rtol=1e-5, atol=1e-6)
     with np.errstate(invalid="ignore"):
@@ -228,7 +252,6 @@ TND_CASES = {
     0: dict(pre=INF, nxt=INF),
     1: dict(pre=0, nxt=0),
     2: dict(pre=INF, nxt=INF),
-    3: dict(pre=INF, nxt=INF),
     4: dict(pre=6, nxt=2),
     6: dict(pre=INF, nxt=INF),
     7: dict(pre=12, nxt=-3),   # last sequence: Skv = 12
@@ -266,7 +289,7 @@ def test_tnd_per_sequence(mode):
     kw, rules = tnd_case(mode)
     out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", scale=SCALE, **kw, **BLOCKS)
     assert out.shape == (sum(Q_LENS), N1, DV) and smax.shape == ssum.shape == (sum(Q_LENS), N1, 8)
-    lse = lse_of(smax, ssum)
+    lse = lse_of(tnd_rows(smax, Q_LENS, N1), tnd_rows(ssum, Q_LENS, N1))
     q0 = k0 = 0
     for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
         if sq:
@@ -452,10 +475,9 @@ OK = (q4, k4, v4, N1, "BNSD")
 OK_TND = (qt, kt, vt, N1, "TND")
 
 ERRORS = {
-    # not implemented
-    "pse": (OK, dict(pse=np.zeros((B, N1, 12, 16), np.float32)), NotImplementedError, "pse"),
+    # not supported by the operator
     "padding_mask": (OK, dict(padding_mask=np.zeros(1)), NotImplementedError, "padding_mask"),
-    "dropout": (OK, dict(keep_prob=0.9), NotImplementedError, "keep_prob"),
+    "pse-shape": (OK, dict(pse=np.zeros((B, N1, 12, 15), np.float32)), ValueError, "[B,N,Sq,Skv]"),
     # options
     "keep_prob-0": (OK, dict(keep_prob=0.0), ValueError, "keep_prob"),
     "keep_prob-big": (OK, dict(keep_prob=1.5), ValueError, "keep_prob"),
@@ -480,8 +502,6 @@ ERRORS = {
     "batch": ((q4[:1], k4, v4, N1, "BNSD"), {}, ValueError, "batch"),
     "query-list": ((q4.tolist(), k4, v4, N1, "BNSD"), {}, TypeError, "query"),
     # masks
-    "mask-missing": (OK, dict(sparse_mode=3), ValueError, "needs its atten_mask"),
-    "pre-without-mask": (OK, dict(pre_tokens=3), ValueError, "take effect only with an atten_mask"),
     "compressed-shape": (OK, dict(sparse_mode=2, atten_mask=TRI[:1024, :1024]), ValueError, "(2048, 2048)"),
     "compressed-content": (OK, dict(sparse_mode=3, atten_mask=~TRI), ValueError, "differs"),
     "mode6-with-2048": (OK, dict(sparse_mode=6, atten_mask=TRI, prefix=[8, 8]), ValueError, "(3072, 2048)"),
@@ -492,7 +512,7 @@ ERRORS = {
     "band-empty": (OK, dict(atten_mask=TRI, sparse_mode=4, pre_tokens=-3, next_tokens=1), ValueError,
                    "overlap"),
     "prefix-missing": (OK, dict(sparse_mode=6, atten_mask=tri6()), ValueError, "prefix"),
-    "prefix-other-mode": (OK, dict(sparse_mode=3, atten_mask=TRI, prefix=[8, 8]), ValueError, "prefix"),
+    "prefix-other-mode": (OK, dict(sparse_mode=3, atten_mask=TRI, prefix=[8.0, 8]), TypeError, "prefix[0]"),
     "prefix-length": (OK, dict(sparse_mode=6, atten_mask=tri6(), prefix=[8]), ValueError, "one value per"),
     "prefix-range": (OK, dict(sparse_mode=6, atten_mask=tri6(), prefix=[8, 3]), ValueError, "[4, 16]"),
     "mode5-mask": (OK, dict(sparse_mode=5, atten_mask=np.zeros((B, 1, 12, 16), bool), prefix=[8, 8]),
@@ -508,8 +528,7 @@ ERRORS = {
                         ValueError, "non-decreasing"),
     "lens-count": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[7, 10, 53]), ValueError,
                    "same number"),
-    "q-without-kv": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[0, 53]), ValueError,
-                     "no key"),
+    "mode3-tnd-sq>skv": (OK_TND, dict(sparse_mode=3, atten_mask=TRI, **LENS), ValueError, "Sq <= Skv"),
     "mode5-tnd": (OK_TND, dict(sparse_mode=5, atten_mask=TRI, prefix=[1] * 5, **LENS), ValueError,
                   "not supported with input_layout TND"),
     "tnd-mask-shape": (OK_TND, dict(atten_mask=np.zeros((12, 16), bool), **LENS), ValueError, "maxSq"),
@@ -530,7 +549,8 @@ def test_forward_errors(name):
     assert text in str(info.value), str(info.value)
 
 
-@pytest.mark.parametrize("name", ["pse", "dropout", "mask-missing", "prefix-range", "tnd-no-lens"])
+@pytest.mark.parametrize("name", ["pse-shape", "padding_mask", "mode3-tnd-sq>skv", "prefix-range",
+                                  "tnd-no-lens"])
 def test_grad_errors_as_forward(name):
     """The grad checks the same options with the same messages."""
     args, kw, exc, text = ERRORS[name]
