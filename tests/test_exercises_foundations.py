@@ -50,6 +50,7 @@ INTENSITY_MISTAKES = {
     "c_counted_twice": (lambda m, n, k, e: 2 * m * n * k / (e * (m * k + k * n + 2 * m * n)), "C twice"),
     "elements_not_bytes": (lambda m, n, k, e: 2 * m * n * k / (m * k + k * n + m * n), "bytes_per_element"),
     "integer_division": (lambda m, n, k, e: 2 * m * n * k // (e * (m * k + k * n + m * n)), "true division"),
+    "inverted": (lambda m, n, k, e: e * (m * k + k * n + m * n) / (2 * m * n * k), "bytes per FLOP"),
 }
 
 
@@ -87,6 +88,8 @@ SOFTMAX_MISTAKES = {
                    "whole matrix"),
     "wrong_axis": (lambda s: softmax(s.T).T, "each column"),
     "not_normalised": (lambda s: np.exp(s - s.max(axis=-1, keepdims=True)), "row sum"),
+    "normalised_globally": (lambda s: np.exp(s - s.max(axis=-1, keepdims=True))
+                            / np.exp(s - s.max(axis=-1, keepdims=True)).sum(), "whole matrix"),
 }
 
 
@@ -128,6 +131,7 @@ ATTENTION_MISTAKES = {
     "no_max_subtraction": (lambda q, k, v: SOFTMAX_MISTAKES["no_max_subtraction"][0](
         q @ k.T / np.sqrt(q.shape[1])) @ v, "overflowed"),
     "returned_p": (lambda q, k, v: softmax(q @ k.T / np.sqrt(q.shape[1])), "O = P V"),
+    "scale_after_softmax": (lambda q, k, v: softmax(q @ k.T) @ v / np.sqrt(q.shape[1]), "after the softmax"),
 }
 
 
@@ -153,11 +157,13 @@ def test_attention_generic():
 
 # --------------------------------------------------------------------- tiling: online softmax
 def online_step(m, l, acc, s, v, *, rescale_l=True, rescale_acc=True, block_max=False,
-                inverted=False, keep_m=False, normalise=False):
-    """The right step by default; each keyword plants one mistake."""
+                inverted=False, keep_m=False, normalise=False, old_max=False, guard=True):
+    """The right step by default; each keyword plants one mistake (guard=False: no special
+    case for a row whose keys are all masked, which then gives NaN)."""
     m_new = s.max(axis=1) if block_max else np.maximum(m, s.max(axis=1))
-    p = np.exp(s - m_new[:, None])
-    alpha = np.exp(m_new - m) if inverted else np.exp(m - m_new)
+    m_safe = np.where(np.isneginf(m_new), 0.0, m_new) if guard else m_new
+    p = np.exp(s - (m if old_max else m_safe)[:, None])
+    alpha = np.exp(m_safe - m) if inverted else np.exp(m - m_safe)
     l_new = (alpha * l if rescale_l else l) + p.sum(axis=1)
     acc_new = (alpha[:, None] * acc if rescale_acc else acc) + p @ v
     if normalise:
@@ -173,6 +179,8 @@ ONLINE_MISTAKES = {
     "alpha_inverted": (dict(inverted=True), "inverted"),
     "m_not_updated": (dict(keep_m=True), "still the old m"),
     "acc_divided_by_l": (dict(normalise=True), "unnormalised"),
+    "p_old_max": (dict(old_max=True), "against the old max"),
+    "nan_fully_masked_row": (dict(guard=False), "no allowed key yet"),
 }
 
 
@@ -189,17 +197,40 @@ def test_online_softmax_mistakes(name):
     assert_caught(fb, name, phrase)
 
 
+# (an inverted alpha, exp(m_new - m), is inf wherever m = -inf: NaN in rows 0 and 4 with or
+# without the guard, so that slip alone explains the NaN)
+@pytest.mark.parametrize("name", [n for n in ONLINE_MISTAKES
+                                  if n not in ("nan_fully_masked_row", "alpha_inverted")])
+def test_online_softmax_mistake_and_nan_row_both_named(name):
+    """A slip made together with the NaN of the fully masked row: both are named."""
+    options, phrase = ONLINE_MISTAKES[name]
+    with np.errstate(all="ignore"):
+        fb = check_online_softmax(lambda *a: online_step(*a, **options, guard=False))
+    assert_caught(fb, name, phrase)
+    assert "no allowed key yet" in fb.message
+
+
+def test_online_softmax_nan_row_with_unknown_slip():
+    """NaN only in the fully masked row, plus a slip the checker does not know: the NaN is named."""
+    def step(*a):
+        m, l, acc = online_step(*a, guard=False)
+        return m, l, acc * 1.5
+    with np.errstate(all="ignore"):
+        fb = check_online_softmax(step)
+    assert_caught(fb, "nan_fully_masked_row", "exp(-inf - (-inf))")
+
+
 def test_online_softmax_generic():
     assert_caught(check_online_softmax(raises), "raised", "NotImplementedError")
     # updated in place and forgot to return
     assert_caught(check_online_softmax(lambda *a: None), "not_a_tuple", "returned a NoneType")
     assert_caught(check_online_softmax(lambda *a: online_step(*a)[:2]), "not_a_tuple", "of length 2")
     fb = check_online_softmax(lambda *a: (online_step(*a)[0], online_step(*a)[1], online_step(*a)[2][:, :2]))
-    assert_caught(fb, "shape", "acc_new has shape (4, 2)")
+    assert_caught(fb, "shape", "acc_new has shape (5, 2)")
     fb = check_online_softmax(lambda *a: (online_step(*a)[0], online_step(*a)[1] * np.nan, online_step(*a)[2]))
     assert_caught(fb, "non_finite", "l_new has a non-finite value")
     fb = check_online_softmax(lambda *a: (online_step(*a)[0], online_step(*a)[1] + 1, online_step(*a)[2]))
-    assert_caught(fb, "wrong_value", "l_new differs")
+    assert_caught(fb, "wrong_value", "l_new is not the answer, nor one of the slips")
 
 
 # --------------------------------------------------------------------------------- backward
@@ -240,6 +271,7 @@ SOFTMAX_GRAD_MISTAKES = {
     "d_wrong_axis": (lambda p, dp: p * (dp - (p * dp).sum(axis=0, keepdims=True)), "axis 0"),
     "sign_flipped": (lambda p, dp: p * ((p * dp).sum(axis=-1, keepdims=True) - dp), "sign is flipped"),
     "missing_p": (lambda p, dp: dp - (p * dp).sum(axis=-1, keepdims=True), "factor P"),
+    "d_from_rowsum_p": (lambda p, dp: p * (dp - p.sum(axis=-1, keepdims=True)), "rowsum(P), which is 1"),
 }
 
 
@@ -358,3 +390,16 @@ def test_tile_class_generic():
         return PARTIAL if (i0, j0, right) == (16, 0, 0) and left > 1000 else c
     fb = check_tile_class(one_wrong)
     assert_caught(fb, "wrong_value", "rows [16, 24) x cols [0, 6) is PARTIAL in your answer but FULL")
+
+
+def test_float32_answers_are_judged_within_float32_rounding():
+    """A correct answer computed in float32 passes; a float32 slip is still named."""
+    def attention32(q, k, v):
+        return attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)).astype(np.float32)
+    assert check_attention(attention32).passed
+    fb = check_attention(lambda q, k, v: ATTENTION_MISTAKES["no_scale"][0](
+        *(x.astype(np.float32) for x in (q, k, v))).astype(np.float32))
+    assert_caught(fb, "no_scale", "sqrt(d)")
+    # a float64 answer keeps the tight tolerance: an error of 1e-5 is not accepted
+    assert_caught(check_attention(lambda q, k, v: attention(q, k, v) * (1 + 1e-5)), "wrong_value",
+                  "largest error")

@@ -134,6 +134,30 @@ def test_rope_mistakes(wrong, mistake, phrase):
     assert_caught(check_rope(wrong), mistake, phrase)
 
 
+def test_rope_float32_answer_passes():
+    """A correct rotation computed in float32 differs from the float64 truth by float32 rounding
+    (the student's 'got 0.949838, expected 0.949838'): it passes; float32 slips are still named."""
+    def rope32(x, positions):
+        return rope(x.astype(np.float32), positions.astype(np.float32))
+    assert rope32(np.ones((6, 8)), np.arange(5, 11)).dtype == np.float32
+    fb = check_rope(rope32)
+    assert fb.passed, fb.message
+    assert_caught(check_rope(lambda x, p: rope(x.astype(np.float32), (p + 1).astype(np.float32))),
+                  "positions_off_by_one", "(m + 1) theta_i")
+    # float64 keeps its tight tolerance: a float64 answer off by 1e-6 relative is wrong
+    assert_caught(check_rope(lambda x, p: rope(x, p) * (1 + 1e-6)), "wrong_value", "largest error")
+
+
+def test_rope_cos_sin_swapped():
+    def swapped(x, positions):
+        d = x.shape[-1]
+        angle = positions[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+        a, b = x[:, : d // 2], x[:, d // 2:]
+        return np.concatenate([a * np.sin(angle) - b * np.cos(angle),
+                               a * np.cos(angle) + b * np.sin(angle)], axis=-1)
+    assert_caught(check_rope(swapped), "cos_sin_swapped", "cos and sin are swapped")
+
+
 def test_rope_raises_shape_nan():
     assert_caught(check_rope(lambda x, p: x[:, :4] * 1.0), "shape", "expected (6, 8)")
     assert_caught(check_rope(lambda x, p: 1 / 0), "raised", "ZeroDivisionError")

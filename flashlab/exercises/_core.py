@@ -72,6 +72,24 @@ def call_student(exercise: str, fn: Callable[..., Any], *args, **kwargs) -> tupl
                               f"(line {where.lineno}: `{(where.line or '').strip()}`)", "raised")
 
 
+#: the smallest (rtol, atol) a checker accepts for an answer computed in a narrower float type:
+#: a correct float32 (float16) answer differs from a float64 truth by its own rounding, so a
+#: float64 tolerance would reject it ("got 0.949838, expected 0.949838")
+DTYPE_TOLERANCE = {np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float16): (5e-3, 1e-3)}
+
+
+def tolerance(got: Any, rtol: float, atol: float) -> tuple[float, float]:
+    """``(rtol, atol)`` for judging ``got``: the checker's own, widened to the rounding of
+    ``got``'s dtype when it is float32 or float16 (:data:`DTYPE_TOLERANCE`)."""
+    dtype = getattr(got, "dtype", None)
+    if dtype is None and isinstance(got, (list, tuple)) and got:
+        dtype = getattr(got[0], "dtype", None)
+    floor = DTYPE_TOLERANCE.get(np.dtype(dtype)) if dtype is not None else None
+    if floor is None:
+        return rtol, atol
+    return max(rtol, floor[0]), max(atol, floor[1])
+
+
 def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
@@ -86,7 +104,9 @@ def diagnose(exercise: str, got: Any, expected: np.ndarray, *, what: str,
     (within ``rtol``/``atol``), then each known mistake in turn (the first whose answer
     matches ``got`` names the problem), and last a generic message giving the largest error
     and where it is. ``what`` names the quantity in messages ("o", "the row maxima m").
+    A float32 or float16 ``got`` is judged within its own rounding (:func:`tolerance`).
     """
+    rtol, atol = tolerance(got, rtol, atol)
     if got is None:
         return Feedback(exercise, False, f"your function returned None; it should return {what}.", "returned_none")
     try:
@@ -109,5 +129,6 @@ def diagnose(exercise: str, got: Any, expected: np.ndarray, *, what: str,
             return Feedback(exercise, False, m.hint, m.name)
     err = np.abs(np.where(np.isfinite(expected), got - expected, 0.0))
     idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape))
-    return Feedback(exercise, False, f"{what} differs from the answer: the largest error is {err[idx]:.3g} "
-                    f"at index {idx} (got {got[idx]:.6g}, expected {expected[idx]:.6g}).", "wrong_value")
+    return Feedback(exercise, False, f"{what} is not the answer, nor one of the slips this checker knows: "
+                    f"the largest error is {err[idx]:.3g} at index {idx} (got {got[idx]:.10g}, "
+                    f"expected {expected[idx]:.10g}).", "wrong_value")

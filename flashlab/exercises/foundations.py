@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose
+from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose, tolerance
 from flashlab.kernels import backward as _backward
 from flashlab.kernels import forward as _forward
 from flashlab.masks import EMPTY, FULL, PARTIAL, allowed, classify_tiles
@@ -80,7 +80,8 @@ def _judge(exercise: str, parts: Sequence[tuple[str, Any, Any]], mistakes: Seque
     if first.mistake in _STRUCTURAL:
         return first
     for m in mistakes:
-        if all(_matches(got, answer, rtol, atol) for (_, got, _), answer in zip(parts, m.answer)):
+        if all(_matches(got, answer, *tolerance(got, rtol, atol))
+               for (_, got, _), answer in zip(parts, m.answer)):
             return Feedback(exercise, False, m.hint, m.name)
     return first
 
@@ -138,11 +139,11 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
     per term of each of the $mn$ dot products of length $k$.
 
     Mistakes it names: FLOPs without the factor 2, ``C``'s write not counted, ``C`` counted
-    twice (read and written), elements instead of bytes, integer division.
+    twice (read and written), elements instead of bytes, integer division, bytes per FLOP.
     """
     ex = "arithmetic intensity"
     parts, answers = [], {name: [] for name in ("no_factor_2", "c_not_counted", "c_counted_twice",
-                                                "elements_not_bytes", "integer_division")}
+                                                "elements_not_bytes", "integer_division", "inverted")}
     for m, n, k, e in _GEMM_CASES:
         got, fail = _call(ex, fn, m, n, k, e)
         if fail is not None:
@@ -156,6 +157,7 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
         answers["c_counted_twice"].append(flops / (e * (elems + m * n)))
         answers["elements_not_bytes"].append(flops / elems)
         answers["integer_division"].append(flops // (e * elems))
+        answers["inverted"].append(e * elems / flops)
     mistakes = [
         Mistake("no_factor_2", answers["no_factor_2"],
                 "your intensities are half the answer: a multiply-add is 2 FLOPs, so C = A @ B "
@@ -172,6 +174,9 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
         Mistake("integer_division", answers["integer_division"],
                 "your intensities are rounded down to whole numbers: use / (true division), "
                 "not //."),
+        Mistake("inverted", answers["inverted"],
+                "you returned bytes per FLOP: the intensity is FLOPs per byte, F / Q, so that a "
+                "large value means much arithmetic per byte moved."),
     ]
     return _judge(ex, parts, mistakes,
                   success="matches 2mnk / (bytes_per_element (mk + kn + mn)) on all four shapes.")
@@ -197,7 +202,7 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
     ``s``'s shape and each row sums to 1. The input has rows near $+1000$ and $-1000$.
 
     Mistakes it names: no max subtracted (overflow), the global max subtracted (underflow),
-    softmax over the wrong axis, no normalisation.
+    softmax over the wrong axis, no normalisation, normalised by the sum of the whole matrix.
     """
     ex = "softmax"
     s = _softmax_input()
@@ -222,6 +227,10 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
         Mistake("not_normalised", [_naive_softmax(s, normalise=False)],
                 "you computed e^(s - m) but did not divide by the row sum: each row of P must "
                 "sum to 1."),
+        Mistake("normalised_globally", [_naive_softmax(s, normalise=False)
+                                        / _naive_softmax(s, normalise=False).sum()],
+                "you divided by the sum of the whole matrix: each row is its own softmax, so "
+                "divide by the row sums, e.sum(axis=-1, keepdims=True); each row of P sums to 1."),
     ]
     return _judge(ex, [("p", got, _softmax_rows(s))], mistakes,
                   success="matches the reference softmax, also on the rows near +1000 and -1000.")
@@ -246,7 +255,7 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
     d = 4, dv = 3.
 
     Mistakes it names: no $1/\sqrt d$ scale, $1/d$ instead, softmax over the queries, no max
-    subtracted, returning $P$ instead of $PV$; for ``q @ k`` (K not transposed) the error
+    subtracted, returning $P$ instead of $PV$, the scale applied after the softmax; for ``q @ k`` (K not transposed) the error
     message gets a hint.
     """
     ex = "attention"
@@ -275,6 +284,10 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
                 "Subtract each row's maximum before exp (the softmax does not change)."),
         Mistake("returned_p", [_naive_softmax(s / np.sqrt(d))],
                 "you returned the probabilities P (Sq x Sk); the output is O = P V (Sq x dv)."),
+        Mistake("scale_after_softmax", [_naive_softmax(s) @ v / np.sqrt(d)],
+                "you applied 1 / sqrt(d) after the softmax (or to the output): the scale belongs "
+                "inside, softmax(Q K^T / sqrt(d)); it changes how peaked each row of P is, not "
+                "just the size of O."),
     ]
     return _judge(ex, [("o", got, o)], mistakes,
                   success="matches the float64 reference, also on the row whose largest score is 1000.")
@@ -282,38 +295,58 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
 
 # --------------------------------------------------------------------- tiling: online softmax
 def _online_inputs() -> dict[str, np.ndarray]:
-    """State of 4 rows before one key block of 5 keys (dv = 3), chosen so every mistake shows.
+    """State of 5 rows before one key block of 5 keys (dv = 3), chosen so every mistake shows.
 
     row 0: first block (m = -inf, l = 0, acc = 0); row 1: the block raises the max (1 -> ~4);
     row 2: the block's max (~1) stays below the old max 3; row 3: raises the max (0.5 -> 2.5)
-    and one key is masked (-inf).
+    and one key is masked (-inf); row 4: every key masked so far, this block's too (m = -inf
+    and s = -inf: the state must stay m = -inf, l = 0, acc = 0, as in the kernel).
     """
     rng = np.random.default_rng(13)
-    s = rng.standard_normal((4, 5)) * 0.5
+    s = rng.standard_normal((5, 5)) * 0.5
     s[1] += 4.0 - s[1].max()
     s[2] += 1.0 - s[2].max()
     s[3] += 2.5 - s[3].max()
     s[3, 1] = -np.inf
+    s[4] = -np.inf
     return {
-        "m": np.array([-np.inf, 1.0, 3.0, 0.5]),
-        "l": np.array([0.0, 2.5, 1.8, 1.2]),
-        "acc": np.vstack([np.zeros(3), rng.standard_normal((3, 3))]),
+        "m": np.array([-np.inf, 1.0, 3.0, 0.5, -np.inf]),
+        "l": np.array([0.0, 2.5, 1.8, 1.2, 0.0]),
+        "acc": np.vstack([np.zeros(3), rng.standard_normal((3, 3)), np.zeros(3)]),
         "s": s,
         "v": rng.standard_normal((5, 3)),
     }
 
 
-def _online_variant(m, l, acc, s, v, *, m_new=None, alpha=None, rescale_l=True, rescale_acc=True):
-    """One online-softmax step with optional *mistakes* plugged in (the checker's wrong answers)."""
+def _online_variant(m, l, acc, s, v, *, m_new=None, inverted=False, rescale_l=True,
+                    rescale_acc=True, p_max=None, guard=True):
+    """One online-softmax step with optional *mistakes* plugged in (the checker's wrong answers).
+
+    ``guard``: keep a row with no allowed key yet (``m_new = -inf``) at ``l = 0, acc = 0``
+    (False: compute it as written, which gives NaN there); ``p_max``: the max that P~ is
+    taken against (default ``m_new``).
+    """
     with np.errstate(all="ignore"):
         if m_new is None:
             m_new = np.maximum(m, s.max(axis=1))
-        p = np.exp(s - m_new[:, None])
-        if alpha is None:
-            alpha = np.exp(m - m_new)
+        shift = m_new if p_max is None else p_max
+        if guard:
+            shift = np.where(np.isneginf(shift), 0.0, shift)
+        p = np.exp(s - shift[:, None])
+        m_ref = np.where(np.isneginf(m_new), 0.0, m_new) if guard else m_new
+        alpha = np.exp(m_ref - m) if inverted else np.exp(m - m_ref)
         l_new = (alpha * l if rescale_l else l) + p.sum(axis=1)
         acc_new = (alpha[:, None] * acc if rescale_acc else acc) + p @ v
     return m_new, l_new, acc_new
+
+
+#: the hint for a NaN in the fully masked row (row 4 of :func:`_online_inputs`)
+_NAN_ROW_HINT = ("row 4 has no allowed key yet (m = -inf and every score of the block is -inf), "
+                 "and your l_new and acc_new are NaN there: exp(m - m_new) = exp(-inf - (-inf)) "
+                 "= exp(nan). Such a row must keep m = -inf, l = 0, acc = 0 (the kernel skips it); "
+                 "e.g. subtract m_safe = np.where(m_new == -np.inf, 0, m_new) instead of m_new in "
+                 "both exponentials. A causal or windowed row meets this case whenever its first "
+                 "key block is masked whole.")
 
 
 def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Feedback:
@@ -328,9 +361,11 @@ def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndar
     $\tilde O' = e^{m - m'}\tilde O + \tilde P V$.
 
     The rows cover the first block (``m = -inf``), a block that raises the max, a block that
-    does not, and a masked key. Mistakes it names: ``l`` not rescaled, ``acc`` not rescaled,
-    neither, ``m'`` = the block's max only, $e^{m' - m}$ instead of $e^{m - m'}$, ``m`` not
-    updated, ``acc`` divided by ``l``.
+    does not, a masked key, and a row whose keys are all masked so far (it must stay
+    ``m = -inf, l = 0, acc = 0``, not NaN). Mistakes it names: ``l`` not rescaled, ``acc`` not
+    rescaled, neither, ``m'`` = the block's max only, $e^{m' - m}$ instead of $e^{m - m'}$,
+    $\tilde P$ against the old max, ``m`` not updated, ``acc`` divided by ``l``, NaN in the
+    fully masked row (alone or with any of the others).
     """
     ex = "online softmax"
     x = _online_inputs()
@@ -349,36 +384,67 @@ def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndar
     names = ("m_new", "l_new", "acc_new")
     parts = [(name, g, e) for name, g, e in zip(names, got, (m, l, acc))]
     args = (x["m"], x["l"], x["acc"], x["s"], x["v"])
-    right = _online_variant(*args)
     block_max = x["s"].max(axis=1)
-    mistakes = [
-        Mistake("l_not_rescaled", _online_variant(*args, rescale_l=False),
-                "l_new is wrong in the rows where this block raises the max: l must be rescaled "
-                "too, l_new = exp(m - m_new) * l + rowsum(P~). Its old terms were computed "
-                "against the old max."),
-        Mistake("acc_not_rescaled", _online_variant(*args, rescale_acc=False),
-                "acc_new is wrong in the rows where this block raises the max: rescale the old "
-                "accumulator, acc_new = exp(m - m_new)[:, None] * acc + P~ @ v."),
-        Mistake("no_rescale", _online_variant(*args, rescale_l=False, rescale_acc=False),
-                "neither l nor acc was rescaled when the max grew: multiply both by "
-                "alpha = exp(m - m_new) before adding the new block's terms."),
-        Mistake("block_max_only", _online_variant(*args, m_new=block_max),
-                "m_new is the max of this block only: it must be the running max, "
-                "m_new = max(m, rowmax(s)), or a block whose scores are lower than an earlier "
-                "block's rescales the state upwards (row 2 here)."),
-        Mistake("alpha_inverted", _online_variant(*args, alpha=np.exp(right[0] - x["m"])),
-                "the rescale factor is inverted: use alpha = exp(m - m_new), which is <= 1 (the "
-                "old terms shrink when the max grows), not exp(m_new - m)."),
-        Mistake("m_not_updated", (x["m"], right[1], right[2]),
-                "l_new and acc_new are right, but m_new is still the old m: return the new "
-                "running max max(m, rowmax(s))."),
-        Mistake("acc_divided_by_l", (right[0], right[1], right[2] / right[1][:, None]),
-                "acc_new is divided by l_new: keep the accumulator unnormalised (O~) and divide "
-                "by l only once, after the last block."),
+    slips = [   # (name, the variant's keywords or a function of guard giving the answer, hint)
+        ("l_not_rescaled", dict(rescale_l=False),
+         "l_new is wrong in the rows where this block raises the max: l must be rescaled "
+         "too, l_new = exp(m - m_new) * l + rowsum(P~). Its old terms were computed "
+         "against the old max."),
+        ("acc_not_rescaled", dict(rescale_acc=False),
+         "acc_new is wrong in the rows where this block raises the max: rescale the old "
+         "accumulator, acc_new = exp(m - m_new)[:, None] * acc + P~ @ v."),
+        ("no_rescale", dict(rescale_l=False, rescale_acc=False),
+         "neither l nor acc was rescaled when the max grew: multiply both by "
+         "alpha = exp(m - m_new) before adding the new block's terms."),
+        ("block_max_only", dict(m_new=block_max),
+         "m_new is the max of this block only: it must be the running max, "
+         "m_new = max(m, rowmax(s)), or a block whose scores are lower than an earlier "
+         "block's rescales the state upwards (row 2 here)."),
+        ("alpha_inverted", dict(inverted=True),
+         "the rescale factor is inverted: use alpha = exp(m - m_new), which is <= 1 (the "
+         "old terms shrink when the max grows), not exp(m_new - m)."),
+        ("p_old_max", dict(p_max=x["m"]),
+         "P~ is taken against the old max, exp(s - m): take it against the new one, "
+         "P~ = exp(s - m_new[:, None]), so that its terms share the reference point of the "
+         "rescaled l and acc (and e^(s - m) cannot overflow: s <= m_new)."),
+        ("m_not_updated", lambda guard: (x["m"], *_online_variant(*args, guard=guard)[1:]),
+         "l_new and acc_new are right, but m_new is still the old m: return the new "
+         "running max max(m, rowmax(s))."),
+        ("acc_divided_by_l", lambda guard: (lambda r: (r[0], r[1], r[2] / r[1][:, None]))(
+            _online_variant(*args, guard=guard)),
+         "acc_new is divided by l_new: keep the accumulator unnormalised (O~) and divide "
+         "by l only once, after the last block."),
     ]
-    return _judge(ex, parts, mistakes,
-                  success="m_new, l_new and acc_new match the kernel's online_softmax_update on "
-                          "every row (first block, raised max, unchanged max, masked key).")
+
+    def answer(how, guard):
+        return how(guard) if callable(how) else _online_variant(*args, **how, guard=guard)
+
+    with np.errstate(all="ignore"):
+        mistakes = [Mistake("nan_fully_masked_row", _online_variant(*args, guard=False), _NAN_ROW_HINT)]
+        for name, how, hint in slips:
+            mistakes.append(Mistake(name, answer(how, True), hint))
+            mistakes.append(Mistake(name, answer(how, False),
+                                    hint + " Also: " + _NAN_ROW_HINT[0].lower() + _NAN_ROW_HINT[1:]))
+    feedback = _judge(ex, parts, mistakes,
+                      success="m_new, l_new and acc_new match the kernel's online_softmax_update on "
+                              "every row (first block, raised max, unchanged max, masked key, and "
+                              "a row with every key masked).")
+    if not feedback.passed and feedback.mistake == "non_finite" and _nan_only_in_masked_row(got):
+        # NaN in the fully masked row, together with a slip no variant above reproduces
+        return Feedback(ex, False, _NAN_ROW_HINT, "nan_fully_masked_row")
+    return feedback
+
+
+def _nan_only_in_masked_row(got: Sequence[Any]) -> bool:
+    """True when l_new or acc_new is NaN in row 4 (every key masked) and rows 0-3 are finite."""
+    try:
+        parts = [np.asarray(g, dtype=np.float64) for g in got[1:]]
+    except (TypeError, ValueError):
+        return False
+    if any(p.shape[:1] != (5,) for p in parts):
+        return False
+    return (any(np.isnan(p[4]).any() for p in parts)
+            and all(np.isfinite(p[:4]).all() for p in parts))
 
 
 # --------------------------------------------------------------------------------- backward
@@ -433,8 +499,8 @@ def check_softmax_grad(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Fe
 
     p (rows, cols) row-stochastic, dp (rows, cols) = $dO\,V^\top$; rows = 4, cols = 6. The
     truth is the backward kernel's ``row_dot`` and ``ds_from_dp``. Mistakes it names: D not
-    subtracted, D = rowsum(dP), D summed over the wrong axis, the sign flipped, the factor P
-    left out; a broadcast error (D without keepdims) gets a hint.
+    subtracted, D = rowsum(dP), D = rowsum(P) (= 1), D summed over the wrong axis, the sign
+    flipped, the factor P left out; a broadcast error (D without keepdims) gets a hint.
     """
     ex = "softmax backward"
     x = _backward_inputs()
@@ -462,6 +528,9 @@ def check_softmax_grad(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Fe
                 "per query row: (p * dp).sum(axis=-1, keepdims=True)."),
         Mistake("sign_flipped", [p * (dcol - dp)],
                 "the sign is flipped: dS = P * (dP - D), not P * (D - dP)."),
+        Mistake("d_from_rowsum_p", [p * (dp - p.sum(axis=1, keepdims=True))],
+                "your D is rowsum(P), which is 1 for every row: D weights dP by P, "
+                "D = rowsum(P * dP)."),
         Mistake("missing_p", [dp - dcol],
                 "you left out the factor P: dS = P * (dP - D) (the Jacobian diag(p) - p p^T "
                 "multiplies by p)."),

@@ -33,7 +33,7 @@ from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose
 from flashlab.kernels.forward import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
 from flashlab.rect import REMOVES
-from flashlab.rope import apply_rope
+from flashlab.rope import apply_rope, rope_frequencies
 
 __all__ = ["check_mla_scores", "check_rope", "check_pipeline_time", "check_concat_bytes",
            "check_attention_flops"]
@@ -169,6 +169,15 @@ def check_mla_scores(fn: Callable[..., Any]) -> Feedback:
 
 
 # ------------------------------------------------------------------------------------- RoPE
+def _rope_cos_sin_swapped(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The rotate-half rotation with cos and sin exchanged (a mistake's answer)."""
+    half = x.shape[-1] // 2
+    angle = pos[:, None] * rope_frequencies(x.shape[-1])
+    a, b = x[:, :half], x[:, half:]
+    return np.concatenate([a * np.sin(angle) - b * np.cos(angle),
+                           a * np.cos(angle) + b * np.sin(angle)], axis=-1)
+
+
 def check_rope(fn: Callable[..., Any]) -> Feedback:
     r"""Check ``fn(x, positions) -> x_rotated``, rotary position embedding in the rotate-half layout.
 
@@ -183,8 +192,9 @@ def check_rope(fn: Callable[..., Any]) -> Feedback:
     as :func:`flashlab.rope.apply_rope` with its defaults computes.
 
     Known mistakes: the interleaved layout (pairs $(x_{2i}, x_{2i+1})$); the rotation's sign
-    flipped; the given positions ignored (``arange(S)``) or off by one; frequencies
-    $10000^{-i/D}$ (the factor 2 of the exponent missing).
+    flipped; cos and sin swapped; the given positions ignored (``arange(S)``) or off by one;
+    frequencies $10000^{-i/D}$ (the factor 2 of the exponent missing). An answer computed in
+    float32 (or float16) is judged within that dtype's rounding, a float64 one within 1e-7.
     """
     ex = "RoPE"
     rng = np.random.default_rng(11)
@@ -213,6 +223,9 @@ def check_rope(fn: Callable[..., Any]) -> Feedback:
         Mistake("positions_off_by_one", apply_rope(x, pos - 1),
                 "your angles are (m - 1) theta_i: the positions are off by one. Token m turns by exactly "
                 "m theta_i."),
+        Mistake("cos_sin_swapped", _rope_cos_sin_swapped(x, pos),
+                "cos and sin are swapped: a' = a cos - b sin, b' = a sin + b cos (at angle 0 the "
+                "rotation must leave x unchanged, so cos multiplies x itself)."),
         # base^{-i/D} = (base^{1/2})^{-2i/D}: the missing 2 is the same as base 100 in the right formula
         Mistake("frequency_exponent", apply_rope(x, pos, base=100.0),
                 "your frequencies are 10000^(-i/D): the exponent is -2i/D (pair i holds features i and "
