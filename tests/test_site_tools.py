@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tools import book_ext, colab_cell, web_assets
 from tools.check_site import (ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path,
@@ -190,3 +191,27 @@ def test_handout_removes_every_solution_and_output(page):
     assert "## Exercises" in text and "check_" in text           # the tasks and starters stay
     assert len(handout["cells"]) == len(nb["cells"]) - sum(
         "hide-cell" in c["metadata"].get("tags", []) for c in nb["cells"])
+
+
+def test_cjk_font_problems():
+    from tools.check_site import CJK_FILE, cjk_font_problems
+    url = f"http://127.0.0.1/_static/fonts/noto-sans-sc/{CJK_FILE}"
+    ok = dict(cjkText=True, cjkFace=["loaded"], cjkRequested=[url])
+    assert cjk_font_problems(ok) == []
+    # drawn by a system font: the face exists but was never loaded from the site
+    assert "was not loaded" in cjk_font_problems(dict(ok, cjkFace=["unloaded"], cjkRequested=[]))[0]
+    assert "no @font-face" in cjk_font_problems(dict(ok, cjkFace=[]))[0]
+    assert cjk_font_problems(dict(cjkText=False, cjkFace=["unloaded"], cjkRequested=[])) == []
+    assert "unicode-range" in cjk_font_problems(dict(cjkText=False, cjkFace=["loaded"], cjkRequested=[url]))[0]
+
+
+def test_cjk_font_is_pinned_served_and_declared():
+    from tools import web_assets
+    from tools.check_site import CJK_FAMILY, CJK_FILE
+    (font,) = [a for a in web_assets.ASSETS if a.name == "@fontsource/noto-sans-sc"]
+    assert font.integrity.startswith("sha512-") and font.keep == (f"files/{CJK_FILE}",)
+    css = (ROOT / "book/_static/cjk-font.css").read_text()
+    assert f'font-family: "{CJK_FAMILY}"' in css and "unicode-range: U+2E80" in css
+    assert f'url("{font.target}/{CJK_FILE}")' in css          # _static/cjk-font.css -> _static/fonts/...
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+    assert "cjk-font.css" in config["html_css_files"] and "_vendor" in config["html_static_path"]

@@ -47,8 +47,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 # Evaluated in the page once it has loaded and settled: everything the checks need, as JSON.
+#: the book's CJK webfont: the family book/_static/cjk-font.css declares, and its file
+CJK_FAMILY = "flashlab CJK"
+CJK_FILE = "noto-sans-sc-chinese-simplified-400-normal.woff2"
+
 PAGE_PROBE = r"""
 (() => {
+  const CJK_FAMILY = "%s", CJK_FILE = "%s";
   const imgs = [...document.images];
   const views = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
   const emptyViews = views.filter(s => {
@@ -71,9 +76,14 @@ PAGE_PROBE = r"""
     cellOutputs: document.querySelectorAll('.cell_output').length,
     errorOutputs: document.querySelectorAll('.cell_output .traceback, .cell_output .output.error').length,
     height: Math.max(document.body.scrollHeight, document.documentElement.scrollHeight),
+    // the site's own CJK webfont (book/_static/cjk-font.css): a page with CJK text must load
+    // it (status "loaded", fetched from the site), a page without must not (unicode-range)
+    cjkText: /[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff]/.test(document.body.innerText),
+    cjkFace: [...document.fonts].filter(f => f.family.replace(/["']/g, '') === CJK_FAMILY).map(f => f.status),
+    cjkRequested: performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes(CJK_FILE)),
   };
 })()
-"""
+""" % (CJK_FAMILY, CJK_FILE)
 
 
 # The elements that get a screenshot of their own, in page order: animations (matplotlib's
@@ -287,6 +297,26 @@ def _event_errors(events: list[dict], session: str) -> list[str]:
     return out
 
 
+def cjk_font_problems(probe: dict) -> list[str]:
+    """What is wrong with the CJK webfont on a page, from :data:`PAGE_PROBE`'s fields.
+
+    A page with CJK characters must have loaded the site's face (``document.fonts`` status
+    ``loaded``, its file requested from the site): a system font drawing them (Debian's
+    ``fonts-noto-cjk`` on the build machine) would hide a missing or unused webfont. A page
+    without CJK characters must not have downloaded it (the ``unicode-range`` at work).
+    """
+    if probe["cjkText"]:
+        if not probe["cjkFace"]:
+            return [f"CJK text but no @font-face {CJK_FAMILY!r} (is cjk-font.css in html_css_files?)"]
+        if "loaded" not in probe["cjkFace"] or not probe["cjkRequested"]:
+            return [f"CJK text but the site's CJK font was not loaded (status {probe['cjkFace']}, "
+                    f"requests {probe['cjkRequested']}): _static/fonts/noto-sans-sc/{CJK_FILE}"]
+    elif probe["cjkRequested"]:
+        return [f"no CJK text, yet the CJK font was downloaded ({probe['cjkRequested'][0]}): "
+                "its unicode-range should prevent that"]
+    return []
+
+
 def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
                max_height: int) -> list[str]:
     target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -307,7 +337,8 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
             probe = cdp.send("Runtime.evaluate", {"expression": PAGE_PROBE, "returnByValue": True},
                              session=session)["result"]["value"]
             rendered = ((not probe["mathSources"] or probe["mathTypeset"])
-                        and not probe["emptyWidgetViews"])
+                        and not probe["emptyWidgetViews"]
+                        and (not probe["cjkText"] or "loaded" in probe["cjkFace"]))
             if rendered or time.monotonic() > deadline:
                 break
             cdp.drain(0.5)
@@ -318,6 +349,7 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
             problems.append(f"{probe['emptyWidgetViews']} of {probe['widgetViews']} widget areas are empty")
         if probe["mathSources"] and not probe["mathTypeset"]:
             problems.append(f"{probe['mathSources']} math elements but none typeset (MathJax not loaded?)")
+        problems += cjk_font_problems(probe)
         if notebook and not probe["cellOutputs"]:
             problems.append("notebook page has no cell outputs (not executed?)")
         if probe["errorOutputs"]:
