@@ -215,3 +215,18 @@ def test_cjk_font_is_pinned_served_and_declared():
     assert f'url("{font.target}/{CJK_FILE}")' in css          # _static/cjk-font.css -> _static/fonts/...
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
     assert "cjk-font.css" in config["html_css_files"] and "_vendor" in config["html_static_path"]
+
+
+def test_exercises_page_names_each_chapters_function_and_checker():
+    """book/exercises.md lists, per chapter, the function the chapter's exercise asks for and
+    its checker: both must be what the chapter's notebook really defines and calls."""
+    import re
+    import flashlab.exercises as ex
+    page = (ROOT / "book/exercises.md").read_text()
+    entries = re.findall(r"\{doc\}`(\w+)`: write `(\w+)\(([^)]*)\)`, check it with `(\w+)`", page)
+    assert len(entries) >= 10
+    for chapter, fn, args, checker in entries:
+        source = "\n".join("".join(c["source"]) for c in _cells(ROOT / f"book/{chapter}.ipynb"))
+        assert re.search(rf"def {fn}\({re.escape(args.split(',')[0])}", source), f"{chapter}: no def {fn}({args})"
+        assert f"{checker}({fn})" in source, f"{chapter}: does not call {checker}({fn})"
+        assert hasattr(ex, checker)
