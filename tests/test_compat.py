@@ -438,3 +438,11 @@ def test_the_signatures_follow_flash_attn():
         positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
         assert positional == names
         assert params["window_size"].default == (-1, -1) and params["dropout_p"].default == 0.0
+
+
+def test_flashlab_and_compat_never_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys, flashlab, flashlab.compat; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
