@@ -660,7 +660,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                     q_rope=None if qr is None else _take(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else _take(kr, c.kv_rows, st.varlen),
                     block_q=block_q, block_k=block_k)
-        o, l, m, _ = api._forward(p)
+        o, l, m, _ = api.forward_with_stats(p)
         _put(out, c.q_rows, st.varlen, o)
         _put(lse, c.q_rows, st.varlen, l)
         _put(row_max, c.q_rows, st.varlen, m)
