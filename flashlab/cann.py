@@ -1087,14 +1087,13 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     out = np.zeros(rows + (d.Dv,), dtype=st.q.dtype)
     lse = np.full(rows, -np.inf)
     row_max = np.full(rows, -np.inf)
-    forward = getattr(api, "forward_with_stats", None) or api._forward
     for c in st.calls:
         p = prepare(_take(st.q, c.q_rows, st.varlen), _take(st.k, c.kv_rows, st.varlen),
                     _take(st.v, c.kv_rows, st.varlen), scale=scale, window=_window(c), mask=c.mask,
                     q_rope=None if qr is None else _take(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else _take(kr, c.kv_rows, st.varlen),
                     block_q=block_q, block_k=block_k, **_options(c, st))
-        o, l, m, _ = forward(p)
+        o, l, m, _ = api.forward_with_stats(p)
         _put(out, c.q_rows, st.varlen, o)
         _put(lse, c.q_rows, st.varlen, l)
         _put(row_max, c.q_rows, st.varlen, m)

@@ -32,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from flashlab.numba_cache import CACHE
+
 __all__ = ["keep_threshold", "keep", "keep_mask"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -47,7 +49,7 @@ def keep_threshold(p: float) -> int:
     return int(min(p, 1.0) * 4294967296.0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=CACHE, inline="always")
 def _mix(seed, counter):
     # SplitMix64: z = (seed * golden + counter + 1) * golden, then two xor-shift-multiply rounds
     z = (np.uint64(seed) * _GOLDEN + np.uint64(counter) + np.uint64(1)) * _GOLDEN
@@ -56,13 +58,13 @@ def _mix(seed, counter):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=CACHE, inline="always")
 def keep(seed, counter, threshold) -> bool:
     """Whether the entry with this ``counter`` is kept: the hash's top 32 bits >= ``threshold``."""
     return (_mix(seed, counter) >> np.uint64(32)) >= np.uint64(threshold)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _fill(seed, offset, threshold, out):
     B, H, Sq, Sk = out.shape
     for b in range(B):

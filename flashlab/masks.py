@@ -29,6 +29,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from flashlab.numba_cache import CACHE
+
 #: Stand-in for an unbounded band side. Large enough that ``i - NO_LIMIT`` and
 #: ``i + NO_LIMIT`` never overflow int64 and always lie outside any sequence.
 NO_LIMIT = 1 << 60
@@ -58,7 +60,31 @@ def band_from(causal: bool = False, window: tuple | None = None) -> tuple[int, i
     return left, right
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
+def clamp_side(side: int, below: int, above: int) -> int:
+    """Clamp one band side to ``[-below, above]``, which keeps the allowed set unchanged.
+
+    For rows ``i`` in ``[0, sq)`` and keys ``j`` in ``[0, sk)``: ``j >= i - left`` holds for
+    every pair once ``left >= sq`` and for none once ``left <= -sk``, so ``left`` is clamped to
+    ``[-sk, sq]`` (``below = sk``, ``above = sq``); ``j <= i + right`` likewise clamps ``right``
+    to ``[-sq, sk]``. After clamping, ``i +- side`` cannot overflow int64, whatever was passed
+    (``sys.maxsize``, ``2**62``).
+    """
+    # min/max on the caller's value first: it may be any int64
+    return max(-below, min(side, above))
+
+
+def clamp_band(left: int, right: int, sq: int, sk: int) -> tuple[int, int]:
+    """``(left, right)`` clamped to ``[-sk, sq]`` and ``[-sq, sk]``: the same band on an ``sq x sk``
+    problem, in numbers small enough for any arithmetic (Python ints of any size accepted).
+
+    >>> clamp_band(2**70, 5, 10, 20), clamp_band(NO_LIMIT, NO_LIMIT, 10, 20)
+    ((10, 5), (10, 20))
+    """
+    return max(-sk, min(int(left), sq)), max(-sq, min(int(right), sk))
+
+
+@njit(cache=CACHE)
 def kv_block_range(i0: int, i1: int, sk: int, block_k: int, left: int, right: int):
     """kv-block indices ``[kb_start, kb_end)`` that can hold an allowed key for rows ``[i0, i1)``.
 
@@ -66,6 +92,8 @@ def kv_block_range(i0: int, i1: int, sk: int, block_k: int, left: int, right: in
     outside that interval are skipped by the kernels. Returns an empty range
     (``kb_start >= kb_end``) when no key is allowed at all.
     """
+    # sides beyond the lengths change nothing inside the block but could overflow int64 below
+    left, right = clamp_side(left, sk, i1), clamp_side(right, i1, sk)
     # left + right < 0: every row's interval [i - left, i + right] is empty, even though the
     # union over the block's rows below would not be
     if left + right < 0:
@@ -79,9 +107,11 @@ def kv_block_range(i0: int, i1: int, sk: int, block_k: int, left: int, right: in
     return j_lo // block_k, (j_hi + block_k - 1) // block_k
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def tile_class(i0: int, i1: int, j0: int, j1: int, left: int, right: int) -> int:
     """Classify tile rows ``[i0, i1)`` x cols ``[j0, j1)`` under the band: EMPTY, PARTIAL or FULL."""
+    # sides beyond the tile's reach change nothing inside it but could overflow int64 below
+    left, right = clamp_side(left, j1, i1), clamp_side(right, i1, j1)
     # empty: no row allows any key (left + right < 0), or even the most permissive row
     # misses every column of the tile
     if left + right < 0 or j0 > i1 - 1 + right or j1 - 1 < i0 - left:
@@ -94,6 +124,7 @@ def tile_class(i0: int, i1: int, j0: int, j1: int, left: int, right: int) -> int
 
 def allowed(sq: int, sk: int, left: int, right: int) -> np.ndarray:
     """Dense ``(sq, sk)`` bool array of the band: ``True`` where key ``j`` is allowed for row ``i``."""
+    left, right = clamp_band(left, right, sq, sk)
     i = np.arange(sq)[:, None]
     j = np.arange(sk)[None, :]
     return (j >= i - left) & (j <= i + right)
@@ -107,6 +138,7 @@ def classify_tiles(sq: int, sk: int, block_q: int, block_k: int, left: int, righ
     PARTIAL if the mask removes some of it, and any tile the mask removes entirely becomes EMPTY
     (the forward kernel skips those too, after reading the mask tile).
     """
+    left, right = clamp_band(left, right, sq, sk)
     nq, nk = -(-sq // block_q), -(-sk // block_k)
     out = np.empty((nq, nk), dtype=np.int8)
     ok_all = None if mask is None else allowed(sq, sk, left, right) & ~mask

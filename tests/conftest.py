@@ -140,14 +140,16 @@ def assert_close_to_reference(o, lse, naive_o, naive_lse, ref_o, ref_lse, *, wha
 def check_forward(inputs: dict, **options) -> tuple[np.ndarray, np.ndarray]:
     """Run the kernel, the same-dtype naive and the float64 reference and apply the rule.
 
-    Also checks the output dtypes (o in the inputs' dtype, lse float32) and shapes, and that
+    Also checks the output dtypes (o in the inputs' dtype, lse float64 for float64 inputs and
+    float32 otherwise) and shapes, and that
     rows with no allowed key give o = 0 exactly. Returns the kernel's ``(o, lse)``.
     """
     o, lse = flashlab.flash_attention(**inputs, **options)
     naive_o, naive_lse = flashlab.attention_naive(**inputs, **options)
     ref_o, ref_lse = flashlab.attention_reference(**inputs, **options)
     q, v = inputs["q"], inputs["v"]
-    assert o.dtype == q.dtype and lse.dtype == np.float32
+    assert o.dtype == q.dtype
+    assert lse.dtype == (np.float64 if q.dtype == np.float64 else np.float32)
     assert o.shape == q.shape[:3] + v.shape[3:] and lse.shape == q.shape[:3]
     what = ", ".join(f"{name}{val.shape}" if isinstance(val, np.ndarray) else f"{name}={val!r}"
                      for name, val in options.items())

@@ -61,6 +61,19 @@ forward's :func:`~flashlab.kernels.forward.score_tile` and
 :func:`~flashlab.kernels.forward.mask_tile` recompute $S$ — so $P$ is recomputed from the
 very scores the forward normalised.
 
+**Bias and dropout.** $S$ is recomputed with the forward's bias (:func:`add_bias_tile`), and
+its gradient is $dS$ itself (the bias is added after scaling): with ``dbias_part`` the kernel
+adds $dS$ into a buffer of the bias's own broadcast shape per work item. With dropout
+$O = (Z \circ P / k) V$ ($k$ the keep probability), so $dV = (Z \circ P / k)^\top dO$ and
+$dP \leftarrow Z \circ dP / k$ before $dS = P \circ (dP - D)$; $D = \operatorname{rowsum}(dO
+\circ O)$ still equals $\sum_j P_{ij}\, dP_{ij}$. $Z$ is recomputed from the same counters as
+the forward (:mod:`flashlab.dropout`).
+
+**Exact zeros.** A row with exactly one allowed key has $P = 1$ there, so $D_i = dP_{ij}$ and
+$dS = 0$: its softmax does not depend on the scores at all. Computed, $dP_{ij}$ and $D_i$ are
+the same dot product rounded in two orders; :func:`zero_one_key_rows` writes the exact 0, so
+such a row gives $dQ = 0$ and adds nothing to $dK$, as the reference does.
+
 **Rows with no allowed key** have $\mathrm{LSE} = -\infty$; their $P$ row is set to 0
 (never $e^{-\infty + \infty}$ = NaN), so they contribute nothing to any gradient.
 """
@@ -71,10 +84,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from flashlab.numba_cache import CACHE
+
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
-from flashlab.kernels.forward import exp_shifted, mask_tile, score_tile, tile_fully_masked
+from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
+                                      mask_at, mask_tile, score_tile, tile_fully_masked)
 
 #: :func:`q_splits` splits the query blocks of each head until there are at least this many
 #: parallel work items (a constant, never the thread count: the bits must not depend on it).
@@ -91,7 +107,7 @@ def q_splits(batch: int, heads: int, n_qblocks: int) -> int:
     return max(1, min(n_qblocks, want))
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
     """D_i = rowsum(dO_i * O_i) into ``dsum`` (rows,); do_blk, o_blk (rows, Dv)."""
     for r in range(do_blk.shape[0]):
@@ -101,7 +117,7 @@ def row_dot(do_blk, o_blk, dsum):
         dsum[r] = acc
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def probs_from_lse(s, lse_blk):
     """Overwrite the score tile ``s`` (rows, cols) with P = e^{S - LSE}.
 
@@ -121,7 +137,7 @@ def probs_from_lse(s, lse_blk):
         exp_shifted(s[r], m, kbuf)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def ds_from_dp(p, dp, dsum):
     """Overwrite ``dp`` (rows, cols) with $dS = P \\circ (dP - D)$; ``dsum`` (rows,) is $D$."""
     rows, cols = p.shape
@@ -131,23 +147,90 @@ def ds_from_dp(p, dp, dsum):
             dp[r, c] = p[r, c] * (dp[r, c] - dsum[r])
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=CACHE)
+def one_allowed_key(i, sk, left, right, mask2d, has_mask, bias2d, has_bias):
+    """True when row ``i`` has exactly one allowed key (band, dense mask and ``-inf`` bias).
+
+    The band gives the candidates ``[i - left, i + right]``; with a mask or bias they are read
+    until a second allowed key turns up (so a row with many keys costs two reads).
+    """
+    j_lo = max(0, i - left)
+    j_hi = min(sk - 1, i + right)
+    if j_hi < j_lo:
+        return False
+    if not has_mask and not has_bias:
+        return j_hi == j_lo
+    n = 0
+    for j in range(j_lo, j_hi + 1):
+        if has_mask and mask_at(mask2d, i, j):
+            continue
+        if has_bias and mask_at(bias2d, i, j) == -np.inf:
+            continue
+        n += 1
+        if n > 1:
+            return False
+    return n == 1
+
+
+@njit(cache=CACHE)
+def zero_one_key_rows(ds, one_key):
+    """dS = 0 on the rows with one allowed key (``one_key`` (rows,) bool).
+
+    Such a row has P = 1 on its key and 0 elsewhere, so dS = P (dP - D) = dP - dP = 0 exactly;
+    computed, $dP_{ij}$ (a gemm) and $D_i$ (:func:`row_dot`) are the same dot product summed
+    in different orders and leave a rounding residue that would reach dQ and dK.
+    """
+    for r in range(ds.shape[0]):
+        if one_key[r]:
+            for c in range(ds.shape[1]):
+                ds[r, c] = 0.0
+
+
+@njit(cache=CACHE)
+def scale_kept(dp, p_drop, inv_keep):
+    """dP <- Z o dP / k: keep ``dp`` where ``p_drop`` (the dropped P, 0 where Z = 0) survived."""
+    rows, cols = dp.shape
+    for r in range(rows):
+        for c in range(cols):
+            # dP_ij <- Z_ij dP_ij / k
+            dp[r, c] = dp[r, c] * inv_keep if p_drop[r, c] != 0.0 else 0.0
+
+
+@njit(cache=CACHE)
+def add_dbias(ds, i0, j0, dbias2d):
+    """dbias[i, j] += dS_ij, summing over the axes that dbias2d (Sq or 1, Sk or 1) broadcasts."""
+    rows, cols = ds.shape
+    for r in range(rows):
+        i = i0 + r if dbias2d.shape[0] > 1 else 0
+        for c in range(cols):
+            j = j0 + c if dbias2d.shape[1] > 1 else 0
+            dbias2d[i, j] += ds[r, c]
+
+
+@njit(parallel=True, cache=CACHE)
 def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, has_mask,
-                          scale, left, right, block_q, block_k, n_split,
-                          dq, dk_part, dv_part, dq_rope, dkr_part, tiles_done):
+                          bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
+                          scale, left, right, block_q, block_k, drop_threshold, seed, offset,
+                          check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
+                          dbias_part, want_dbias, tiles_done, overflow):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
     do (B, H, Sq, Dv); q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv);
     o (B, H, Sq, Dv); lse (B, H, Sq); q_rope (B, H, Sq, Dr) and k_rope (B, Hr, Sk, Dr), read
-    only when ``has_rope``; mask (Bm, Hm, Sq, Sk) bool (True = masked out), Bm in {1, B},
-    Hm in {1, H}, read only when ``has_mask``; scale a scalar of the accumulation dtype;
-    band ``[i - left, i + right]``; ``n_split`` query-block chunks per head.
+    only when ``has_rope``; mask, bias, slopes, alibi_*, scale, band, dropout and
+    ``check_overflow`` exactly as given to
+    :func:`flashlab.kernels.forward.flash_forward_kernel`; ``n_split`` query-block chunks per
+    head.
 
     Outputs: dq (B, H, Sq, Dqk); dq_rope (B, H, Sq, Dr) (untouched without rope);
     dk_part (B, H, n_split, Sk, Dqk), dv_part (B, H, n_split, Sk, Dv),
     dkr_part (B, H, n_split, Sk, Dr) zero-initialised partial sums, one per work item
-    (reduce them with :func:`sum_partials`); tiles_done (B * H * n_qblocks,) int64.
+    (reduce them with :func:`sum_partials`); with ``want_dbias``, dbias_part
+    (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
+    ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
+    ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
+    (B * H * n_qblocks,) int64 as in the forward.
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -157,6 +240,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     group_r = H // k_rope.shape[1]
     n_qb = (Sq + block_q - 1) // block_q
     dt = dq.dtype
+    dropout = drop_threshold > 0
+    inv_keep = 4294967296.0 / (4294967296.0 - drop_threshold)
     # work item (b, h, c): head h of batch b, query blocks qb with qb % n_split == c
     for t in prange(B * H * n_split):
         b = t // (H * n_split)
@@ -164,13 +249,17 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
         c = t % n_split
         hk = h // group
         hr = h // group_r
-        mb = b if mask.shape[0] > 1 else 0
-        mh = h if mask.shape[1] > 1 else 0
+        mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
+        bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
+        slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
+        dbias2d = dbias_part[b, h, c if dbias_part.shape[2] > 1 else 0]
         dk_acc, dv_acc, dkr_acc = dk_part[b, h, c], dv_part[b, h, c], dkr_part[b, h, c]
         # flat scratch buffers: a (rows, cols) reshape of a head is C-contiguous (BLAS needs it)
         s_buf = np.empty(block_q * block_k, dtype=dt)
         dp_buf = np.empty(block_q * block_k, dtype=dt)
+        pd_buf = np.empty(block_q * block_k if dropout else 1, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
+        one_key = np.empty(block_q, dtype=np.bool_)
         for qb in range(c, n_qb, n_split):
             i0 = qb * block_q
             i1 = min(i0 + block_q, Sq)
@@ -183,9 +272,13 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
             lse_blk = lse[b, h, i0:i1]
             # D_i = rowsum(dO_i * O_i)
             row_dot(do_blk, o[b, h, i0:i1], dsum[:rows])
+            for r in range(rows):
+                one_key[r] = one_allowed_key(i0 + r, Sk, left, right, mask2d, has_mask,
+                                             bias2d, has_bias)
             dq_acc = np.zeros((rows, Dqk), dtype=dt)
             dqr_acc = np.zeros((rows, Dr), dtype=dt)
             done = 0
+            bad = 0
             # the forward's tile loop: same kv-block range, same skips
             kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
             for kb in range(kb0, kb1):
@@ -195,25 +288,47 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 cls = tile_class(i0, i1, j0, j1, left, right)
                 if cls == EMPTY:
                     continue
-                if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1, left, right):
+                if has_mask and tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
                     continue
                 k_blk = k[b, hk, j0:j1]
                 v_blk = v[b, hk, j0:j1]
                 kr_blk = k_rope[b, hr, j0:j1] if has_rope else k_rope[0, 0, 0:1]
                 s = s_buf[: rows * cols].reshape((rows, cols))
                 dp = dp_buf[: rows * cols].reshape((rows, cols))
-                # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T), masked entries -inf
+                # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T) + bias, masked entries -inf
                 score_tile(qs, k_blk, qrs, kr_blk, has_rope, s)
+                if check_overflow and not all_finite(s):
+                    bad = 1
+                if has_bias or has_alibi:
+                    if add_bias_tile(s, i0, j0, bias2d, has_bias, slope, has_alibi,
+                                     alibi_offset, alibi_sqrt, check_overflow):
+                        bad = 1
                 if cls != FULL or has_mask:
-                    mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
+                    mask_tile(s, i0, j0, left, right, cls != FULL, mask2d, has_mask)
                 # P = exp(S - LSE_i)   (s now holds P)
                 probs_from_lse(s, lse_blk)
-                # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
-                gemm_tn(s, do_blk, dv_acc[j0:j1], 1.0, 1.0)
                 # dP = dO_i V_j^T
                 gemm_nt(do_blk, v_blk, dp, 1.0, 0.0)
+                if dropout:
+                    pd = pd_buf[: rows * cols].reshape((rows, cols))
+                    pd[:] = s
+                    # Z o P: the forward's dropped entries, from the same counters
+                    drop_tile(pd, offset + ((b * H + h) * Sq + i0) * Sk + j0, Sk, seed,
+                              drop_threshold)
+                    # dV_j += (Z o P / k)^T dO_i
+                    gemm_tn(pd, do_blk, dv_acc[j0:j1], inv_keep, 1.0)
+                    # dP <- Z o dP / k
+                    scale_kept(dp, pd, inv_keep)
+                else:
+                    # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
+                    gemm_tn(s, do_blk, dv_acc[j0:j1], 1.0, 1.0)
                 # dS = P * (dP - D_i)   (dp now holds dS)
                 ds_from_dp(s, dp, dsum)
+                # dS = 0 exactly on rows with a single allowed key
+                zero_one_key_rows(dp, one_key[:rows])
+                if want_dbias:
+                    # dbias += dS   (the bias is added after scaling)
+                    add_dbias(dp, i0, j0, dbias2d)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
                 gemm_nn(dp, k_blk, dq_acc, 1.0, 1.0)
                 # dK_j += scale dS^T Q_i = dS^T (scale Q_i)
@@ -230,9 +345,10 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 # dQ^rope_i = scale * sum_j dS K^rope_j
                 dq_rope[b, h, i0:i1] = dqr_acc * scale
             tiles_done[(b * H + h) * n_qb + qb] = done
+            overflow[(b * H + h) * n_qb + qb] = bad
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=CACHE)
 def sum_partials(part, out):
     """out[b, g] = sum over the heads h of group g, then over chunks c, of part[b, h, c].
 

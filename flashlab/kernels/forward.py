@@ -25,6 +25,18 @@ loaded or multiplied. Inside it, a tile the band covers fully needs no element-w
 (:func:`flashlab.masks.tile_class`); with a dense ``mask`` a tile whose mask is all ``True``
 is skipped after reading the mask tile.
 
+**Bias, ALiBi and dropout.** An additive ``bias`` (broadcastable to (B, H, Sq, Sk), read
+through its own shape, never expanded) and a generated ALiBi bias
+$-\text{slope}_h\,|j - i - c|$ are added to $S$ after scaling (:func:`add_bias_tile`).
+Dropout zeroes entries of $\tilde P$ *after* $\ell$ has summed them (the softmax is of the
+undropped scores) and before $\tilde P V$; the output is divided by the keep probability at
+the end. Which entries are dropped is a function of their position (:mod:`flashlab.dropout`),
+so the backward drops the very same ones.
+
+**Overflow.** When a bound on $|S|$ says the scores could leave the float range
+(:func:`flashlab.checks.scores_may_overflow`), every tile is checked and the work item flags
+it; the API raises instead of reporting an overflowed row as a masked one.
+
 **Rows with no allowed key** keep $m = -\infty$, $\ell = 0$: they give $O = 0$ and
 $\mathrm{LSE} = -\infty$ (never NaN), see :func:`finalize_rows`.
 
@@ -38,11 +50,14 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from flashlab.numba_cache import CACHE
+
+from flashlab.dropout import keep
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def score_tile(qs_blk, k_blk, qrs_blk, kr_blk, has_rope, s):
     """Scores of one tile into ``s``, shape ``(rows, cols)``.
 
@@ -57,12 +72,82 @@ def score_tile(qs_blk, k_blk, qrs_blk, kr_blk, has_rope, s):
         gemm_nt(qrs_blk, kr_blk, s, 1.0, 1.0)
 
 
-@njit(cache=True)
+@njit(cache=CACHE, inline="always")
+def mask_at(x2d, i, j):
+    """``x2d[i, j]`` of a 2-D array broadcast to (Sq, Sk): an axis of length 1 is read at 0."""
+    return x2d[i if x2d.shape[0] > 1 else 0, j if x2d.shape[1] > 1 else 0]
+
+
+@njit(cache=CACHE)
+def add_bias_tile(s, i0, j0, bias2d, has_bias, slope, has_alibi, alibi_offset, alibi_sqrt,
+                  check_overflow):
+    """``S += bias`` on tile ``s`` (rows ``i0..``, cols ``j0..``); returns True if a sum overflowed.
+
+    ``bias2d`` (Sq or 1, Sk or 1), read only when ``has_bias`` (an axis of length 1 is
+    broadcast); with ``has_alibi`` the generated ALiBi bias ``-slope * |j - i - alibi_offset|``
+    (``sqrt`` of the distance when ``alibi_sqrt``) is added too. A ``-inf`` bias entry masks
+    its score; with ``check_overflow`` a finite bias that turns a finite score into ``+-inf``
+    or NaN is reported.
+    """
+    rows, cols = s.shape
+    overflow = False
+    for r in range(rows):
+        i = i0 + r
+        for c in range(cols):
+            j = j0 + c
+            add = 0.0
+            if has_bias:
+                add = mask_at(bias2d, i, j)
+            if has_alibi:
+                dist = abs(j - i - alibi_offset)
+                # ALiBi: -slope |j - i - c|  (or -slope sqrt|j - i - c|)
+                add -= slope * (math.sqrt(dist) if alibi_sqrt else dist)
+            total = s[r, c] + add
+            if check_overflow and math.isfinite(add) and not math.isfinite(total):
+                overflow = True
+            s[r, c] = total
+    return overflow
+
+
+@njit(cache=CACHE)
+def all_finite(s):
+    """True when every score of the tile is finite (no float overflow in ``Q K^T``)."""
+    for r in range(s.shape[0]):
+        for c in range(s.shape[1]):
+            if not math.isfinite(s[r, c]):
+                return False
+    return True
+
+
+@njit(cache=CACHE)
+def drop_tile(p, counter0, row_stride, seed, threshold):
+    """Zero the dropped entries of ``p`` (rows, cols) in place; return how many were kept.
+
+    Entry ``(r, c)`` has counter ``counter0 + r * row_stride + c`` (the counter of
+    :mod:`flashlab.dropout`: ``counter0`` is the tile's top-left entry, ``row_stride`` = Sk);
+    it is kept iff :func:`flashlab.dropout.keep` says so. The survivors are not rescaled
+    here: the kernels divide by the keep probability once per row.
+    """
+    rows, cols = p.shape
+    kept = 0
+    for r in range(rows):
+        base = counter0 + r * row_stride
+        for c in range(cols):
+            # Z_ij = keep(seed, counter_ij)
+            if keep(seed, base + c, threshold):
+                kept += 1
+            else:
+                p[r, c] = 0.0
+    return kept
+
+
+@njit(cache=CACHE)
 def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
     """Set masked entries of tile ``s`` (rows ``i0..``, cols ``j0..``) to ``-inf``.
 
     ``band_partial``: the band cuts through this tile (otherwise no band test is needed).
-    ``mask2d`` (Sq, Sk) bool, True = masked out, read only when ``has_mask``.
+    ``mask2d`` (Sq or 1, Sk or 1) bool, True = masked out, read only when ``has_mask``: an
+    axis of length 1 is broadcast (a key-padding mask is (1, Sk)), see :func:`mask_at`.
     """
     rows, cols = s.shape
     for r in range(rows):
@@ -72,11 +157,11 @@ def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
             # allowed iff i - left <= j <= i + right  and  not mask[i, j]
             if band_partial and (j < i - left or j > i + right):
                 s[r, c] = -np.inf
-            elif has_mask and mask2d[i, j]:
+            elif has_mask and mask_at(mask2d, i, j):
                 s[r, c] = -np.inf
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
     """True when band and dense mask together leave no allowed entry in the tile (it is skipped).
 
@@ -86,7 +171,7 @@ def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
     for i in range(i0, i1):
         # the band-allowed columns of row i, clipped to the tile
         for j in range(max(j0, i - left), min(j1, i + right + 1)):
-            if not mask2d[i, j]:
+            if not mask_at(mask2d, i, j):
                 return False
     return True
 
@@ -110,7 +195,7 @@ _C2, _C3, _C4 = np.float32(1 / 2), np.float32(1 / 6), np.float32(1 / 24)
 _C5, _C6 = np.float32(1 / 120), np.float32(1 / 720)
 
 
-@njit(cache=True, fastmath={"contract"})   # contract: allow FMA; no assumptions about inf/NaN
+@njit(cache=CACHE, fastmath={"contract"})   # contract: allow FMA; no assumptions about inf/NaN
 def exp_shifted(x, shift, kbuf):
     """Overwrite the 1-D row ``x`` with ``e^{x - shift}`` and return its sum.
 
@@ -144,7 +229,7 @@ def exp_shifted(x, shift, kbuf):
     return row_sum(x)
 
 
-@njit(cache=True, fastmath={"reassoc"})
+@njit(cache=CACHE, fastmath={"reassoc"})
 def row_sum(x):
     """Sum of a 1-D row. ``reassoc`` lets LLVM keep several partial sums in SIMD lanes: a plain
     loop waits ~4 cycles per add (measured 1.3 us per 64x64 tile vs 0.26 us with it). The order
@@ -155,12 +240,25 @@ def row_sum(x):
     return total
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def online_softmax_update(s, v_blk, m, l, acc):
     """Fold one score tile into the running state; ``s`` is overwritten with P~ = e^{S - m_new}.
 
     s (rows, cols) scores; v_blk (cols, Dv); m, l (rows,); acc (rows, Dv) = O~, the
-    unnormalised output.
+    unnormalised output. This is :func:`rescale_rows` followed by ``O~ += P~ V_j``; the kernel
+    calls the two apart so that dropout can act on P~ in between.
+    """
+    rescale_rows(s, m, l, acc)
+    # O~ <- O~ + P~ V_j                  (gemm with beta = 1: no P~V scratch tile, no extra pass)
+    gemm_nn(s, v_blk, acc, 1.0, 1.0)
+
+
+@njit(cache=CACHE)
+def rescale_rows(s, m, l, acc):
+    """The softmax half of the update: ``s`` becomes P~ = e^{S - m_new}; m, l, acc rescaled.
+
+    s (rows, cols) scores; m, l (rows,); acc (rows, Dv). After it, ``acc`` still lacks this
+    tile's ``P~ V_j``.
     """
     rows, cols = s.shape
     kbuf = np.empty(cols, dtype=np.int32)
@@ -187,11 +285,9 @@ def online_softmax_update(s, v_blk, m, l, acc):
             for d in range(acc.shape[1]):
                 acc[r, d] *= alpha
         m[r] = m_new
-    # O~ <- O~ + P~ V_j                  (gemm with beta = 1: no P~V scratch tile, no extra pass)
-    gemm_nn(s, v_blk, acc, 1.0, 1.0)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def finalize_rows(m, l, acc, o_blk, lse_blk):
     """O = O~ / l and LSE = m + log(l); a row with no allowed key (l = 0) gets O = 0, LSE = -inf."""
     for r in range(acc.shape[0]):
@@ -208,19 +304,28 @@ def finalize_rows(m, l, acc, o_blk, lse_blk):
                 o_blk[r, d] = acc[r, d] * inv
 
 
-@njit(parallel=True, cache=True)
-def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scale,
-                         left, right, block_q, block_k, o, lse, row_max, tiles_done):
+@njit(parallel=True, cache=CACHE)
+def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias, has_bias,
+                         slopes, has_alibi, alibi_offset, alibi_sqrt, scale, left, right,
+                         block_q, block_k, drop_threshold, seed, offset, check_overflow,
+                         o, lse, row_max, tiles_done, overflow):
     """Tiled online-softmax attention forward, in place into ``o`` and ``lse``.
 
     q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); q_rope (B, H, Sq, Dr) and
-    k_rope (B, Hr, Sk, Dr), read only when ``has_rope``; mask (Bm, Hm, Sq, Sk) bool with
-    Bm in {1, B}, Hm in {1, H}, read only when ``has_mask``; scale a scalar of q's dtype;
-    band ``[i - left, i + right]``; o (B, H, Sq, Dv); lse (B, H, Sq) float32;
-    row_max (B, H, Sq) float32 receives the final running max m (the row max of the scaled,
-    masked scores: CANN's ``softmax_max``; -inf for a row with no allowed key);
-    tiles_done (B * H * n_qblocks,) int64 receives the number of tiles computed per q-block.
-    All arrays C-contiguous; o's dtype is the accumulation dtype (float32 or float64).
+    k_rope (B, Hr, Sk, Dr), read only when ``has_rope``; mask (Bm, Hm, Sqm, Skm) bool
+    (True = masked out) and bias (Bb, Hb, Sqb, Skb), each axis 1 or full (broadcast, never
+    expanded), read only when ``has_mask`` / ``has_bias``; slopes (Bs, H) ALiBi slopes,
+    Bs in {1, B}, read only when ``has_alibi`` (bias ``-slope |j - i - alibi_offset|``, or its
+    ``sqrt`` form); scale a scalar of q's dtype; band ``[i - left, i + right]`` with sides
+    clamped to the lengths (:func:`flashlab.masks.clamp_band`); dropout: entries whose hash
+    is below ``drop_threshold`` (0 = no dropout) are dropped, counters from ``offset``
+    (:mod:`flashlab.dropout`); ``check_overflow``: test every tile for scores that overflow.
+
+    Outputs: o (B, H, Sq, Dv); lse and row_max (B, H, Sq) in o's dtype (row_max = the final
+    running max m, the row max of the scaled, masked scores: CANN's ``softmax_max``; -inf for
+    a row with no allowed key); tiles_done (B * H * n_qblocks,) int64, the tiles computed per
+    q-block; overflow (B * H * n_qblocks,) int64, 1 where a tile's scores overflowed. All
+    arrays C-contiguous; o's dtype is the accumulation dtype (float32 or float64).
     """
     B, H, Sq, _ = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -228,6 +333,9 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
     n_qb = (Sq + block_q - 1) // block_q
+    dropout = drop_threshold > 0
+    # O = O~ / (l * keep probability): the survivors of dropout are scaled by 1 / (1 - p)
+    inv_keep = 4294967296.0 / (4294967296.0 - drop_threshold)
     # one parallel work item per (batch, head, q-block): small head counts still fill both cores
     for t in prange(B * H * n_qb):
         b = t // (H * n_qb)
@@ -239,8 +347,9 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
         i = t % n_qb
         qb = i // 2 if i % 2 == 0 else n_qb - 1 - i // 2
         hk = h // group
-        mb = b if mask.shape[0] > 1 else 0
-        mh = h if mask.shape[1] > 1 else 0
+        mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
+        bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
+        slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
         i0 = qb * block_q
         i1 = min(i0 + block_q, Sq)
         rows = i1 - i0
@@ -254,6 +363,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
         # is C-contiguous, which the BLAS gemm calls need (a 2-D slice of a 2-D buffer is not)
         s_buf = np.empty(rows * block_k, dtype=o.dtype)
         done = 0
+        bad = 0
         kb0, kb1 = kv_block_range(i0, i1, Sk, block_k, left, right)
         for kb in range(kb0, kb1):
             j0 = kb * block_k
@@ -261,15 +371,33 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, scal
             cls = tile_class(i0, i1, j0, j1, left, right)
             if cls == EMPTY:
                 continue
-            if has_mask and tile_fully_masked(mask[mb, mh], i0, i1, j0, j1, left, right):
+            if has_mask and tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
                 continue
             s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
             kr = k_rope[b, h // group_r, j0:j1] if has_rope else k_rope[0, 0, 0:1]
+            # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T)
             score_tile(qs, k[b, hk, j0:j1], qrs, kr, has_rope, s)
+            if check_overflow and not all_finite(s):
+                bad = 1
+            if has_bias or has_alibi:
+                # S += bias_ij  (and the ALiBi term)
+                if add_bias_tile(s, i0, j0, bias2d, has_bias, slope, has_alibi, alibi_offset,
+                                 alibi_sqrt, check_overflow):
+                    bad = 1
             if cls != FULL or has_mask:
-                mask_tile(s, i0, j0, left, right, cls != FULL, mask[mb, mh], has_mask)
-            online_softmax_update(s, v[b, hk, j0:j1], m, l, acc)
+                mask_tile(s, i0, j0, left, right, cls != FULL, mask2d, has_mask)
+            # m, l, O~ rescaled to the new row max; s becomes P~ = e^{S - m_new}
+            rescale_rows(s, m, l, acc)
+            if dropout:
+                # P~ <- Z o P~  (l above summed the undropped P~: dropout acts after the softmax)
+                drop_tile(s, offset + ((b * H + h) * Sq + i0) * Sk + j0, Sk, seed, drop_threshold)
+            # O~ <- O~ + P~ V_j                  (gemm with beta = 1: accumulated in place)
+            gemm_nn(s, v[b, hk, j0:j1], acc, 1.0, 1.0)
             done += 1
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
+        if dropout:
+            # O = O~ / (l (1 - p))
+            o[b, h, i0:i1] *= inv_keep
         row_max[b, h, i0:i1] = m
         tiles_done[(b * H + h) * n_qb + qb] = done
+        overflow[(b * H + h) * n_qb + qb] = bad
