@@ -50,39 +50,24 @@ step (flash_attn draws it from torch's generator, :mod:`flashlab.torch_attention
 same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``offset = sum over earlier sequences of H * sq * sk``, so no two sequences share counters.
 **ALiBi** adds ``-slope_h * |i + Sk - Sq - j|`` to the scores (``alibi_slopes`` ``(H,)`` or
-``(B, H)``). Both need the kernels' ``dropout_p``/``alibi_slopes`` keywords:
-:data:`HAS_DROPOUT`, :data:`HAS_ALIBI` read them from the signature, and without them the
-arguments raise ``NotImplementedError``. ``softcap != 0`` and ``block_table`` (paged KV)
-raise ``NotImplementedError``.
+``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
 
 Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
 """
 from __future__ import annotations
 
-import inspect
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
-from flashlab.checks import FLOAT_DTYPES
+from flashlab.checks import FLOAT_DTYPES, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
-           "flash_attn_varlen_func_backward", "band_from_window", "HAS_DROPOUT", "HAS_ALIBI"]
-
-
-def _keywords(f) -> set[str]:
-    return set(inspect.signature(f).parameters)
-
-
-_CORE = _keywords(flash_attention) & _keywords(flash_attention_backward) & _keywords(attention_reference)
-#: whether flashlab's kernels and reference take ``dropout_p``, ``seed``, ``offset``
-HAS_DROPOUT = {"dropout_p", "seed", "offset"} <= _CORE
-#: whether flashlab's kernels and reference take ``alibi_slopes``
-HAS_ALIBI = "alibi_slopes" in _CORE
+           "flash_attn_varlen_func_backward", "band_from_window"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -152,8 +137,7 @@ class _Options:
     def kernel_kwargs(self, sq: int, sk: int, slopes: np.ndarray | None, offset: int) -> dict:
         """Keywords of flashlab's kernels and reference for one ``(sq, sk)`` problem.
 
-        The one place dropout and ALiBi reach the kernels (:data:`HAS_DROPOUT`,
-        :data:`HAS_ALIBI`).
+        The one place dropout and ALiBi reach the kernels.
         """
         kw = {"scale": self.scale, "window": band_from_window(sq, sk, self.causal, self.window_size)}
         if self.dropout_p > 0:
@@ -167,16 +151,10 @@ class _Options:
 
 def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
              seed, batch: int, heads: int) -> _Options:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"dropout_p must be a float in [0, 1); got {dropout_p!r}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
-    if dropout_p > 0 and not HAS_DROPOUT:
-        raise NotImplementedError("dropout_p > 0 needs flashlab.flash_attention(dropout_p=...), "
-                                  "which this flashlab does not have; pass dropout_p=0.0")
-    if softmax_scale is not None and (isinstance(softmax_scale, bool)
-                                      or not isinstance(softmax_scale, numbers.Real)):
-        raise TypeError(f"softmax_scale must be a real number or None; got {softmax_scale!r}")
+    dropout_p = as_real("dropout_p", dropout_p, lo=0.0, hi=1.0, hi_open=True,
+                        what="a float in [0, 1)")
+    if softmax_scale is not None:
+        softmax_scale = as_real("softmax_scale", softmax_scale, what="a real number or None")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool; got {causal!r}")
     if not isinstance(deterministic, (bool, np.bool_)):
@@ -190,14 +168,8 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slope
         raise TypeError(f"softcap must be a float (0.0 = off); got {softcap!r}")
     if softcap != 0:
         raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {seed!r}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64); got {seed}")
+    seed = as_int("seed", seed, lo=0, hi=2**64 - 1, what="an int in [0, 2**64)")
     if alibi_slopes is not None:
-        if not HAS_ALIBI:
-            raise NotImplementedError("alibi_slopes needs flashlab.flash_attention(alibi_slopes=...), "
-                                      "which this flashlab does not have; pass alibi_slopes=None")
         if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype not in (np.float32, np.float64):
             raise TypeError(f"alibi_slopes must be a float32/float64 numpy array of shape (nheads,) = "
                             f"({heads},) or (batch_size, nheads) = ({batch}, {heads}); got {alibi_slopes!r}")
@@ -289,7 +261,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     TypeError, ValueError
         a wrong type/dtype or shape/value; the message names the argument and what it expects.
     NotImplementedError
-        ``softcap != 0``; dropout or ALiBi when the kernels lack them (:data:`HAS_DROPOUT`).
+        ``softcap != 0``.
     """
     B, Sq, Sk, H, _, _ = _check_padded(q, k, v)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -11,13 +11,11 @@ max = float32 min, sum = float32 max. Dropout masks come from the documented gen
 """
 from __future__ import annotations
 
-import inspect
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-import flashlab.checks
 from flashlab import cann
 from flashlab.dropout import keep_mask
 
@@ -26,10 +24,6 @@ TRI = np.triu(np.ones((2048, 2048), dtype=bool), k=1)
 B, N1, N2, D, DV = 2, 4, 2, 16, 8
 SCALE = 1.0 / np.sqrt(D)
 
-#: the pse / dropout options of the kernels (flashlab.checks.prepare's bias, alibi, dropout)
-CORE = {"bias", "alibi_slopes", "dropout_p"} <= set(inspect.signature(flashlab.checks.prepare).parameters)
-needs_core = pytest.mark.skipif(not CORE, reason="the kernels' bias/alibi/dropout options "
-                                                 "(flashlab.checks.prepare) have not landed")
 
 
 # ---------------------------------------------------------------------------- the golden
@@ -355,7 +349,6 @@ def reduce_to(x, shape):
     return x.sum(axis=axes, keepdims=True)
 
 
-@needs_core
 @pytest.mark.parametrize("pse_type", [0, 1])
 @pytest.mark.parametrize("shape", ["BNSS", "BN1S", "1NSS"])
 def test_pse_tensor_forward_grad_dpse(pse_type, shape):
@@ -387,7 +380,6 @@ def alibi_bias(slopes, sq, sk, q_start, kv_start, sqrt, b):
     return np.broadcast_to(s.reshape(s.shape[0], -1, 1, 1) * base, (b, slopes.shape[-1], sq, sk))
 
 
-@needs_core
 @pytest.mark.parametrize("pse_type", [2, 3])
 @pytest.mark.parametrize("per_batch", [False, True])
 def test_pse_alibi_slopes(pse_type, per_batch):
@@ -409,7 +401,6 @@ def test_pse_alibi_slopes(pse_type, per_batch):
         cann.flash_attention_score(*qkv(B, N1, N2, s, s + 1), N1, "BNSD", pse=slopes, pse_type=pse_type)
 
 
-@needs_core
 def test_pse_alibi_compressed_last_1024_rows():
     """[1, N, 1024, Sk] = the last 1024 rows of a Toeplitz ALiBi pse, Sq = Sk = 1030, causal:
     the same result as the full pse; dpse is the full one's gradient summed onto the rows and
@@ -436,7 +427,6 @@ def test_pse_alibi_compressed_last_1024_rows():
         cann.flash_attention_score(q, k, v, n, "BNSD", pse=comp, pse_type=0)   # no mask: full attention
 
 
-@needs_core
 def test_pse_tnd_flat_blocks():
     """TND pse [pseTotalLen]: per sequence an [N, Sq_i, Skv_i] block, flattened, one after the other."""
     q, k, v = tnd(seed=22)
@@ -461,7 +451,6 @@ def test_pse_tnd_flat_blocks():
         cann.flash_attention_score(q, k, v, N1, "TND", pse=pse[:-1], **lens)
 
 
-@needs_core
 @pytest.mark.parametrize("sparse_mode", [3, 6])
 def test_dropout_mask_counter_forward_and_grad(sparse_mode):
     """keep_prob 0.7: the keep mask of entry (b, h, i, j) is keep_mask's at counter offset +
@@ -489,7 +478,6 @@ def test_dropout_mask_counter_forward_and_grad(sparse_mode):
     assert np.abs(other - out).max() > 1e-3
 
 
-@needs_core
 def test_dropout_tnd_counter_ranges():
     """TND sequence s counts from offset + N sum_{t<s} Sq_t Skv_t, (h Sq_s + i) Skv_s + j within."""
     q, k, v = tnd(seed=26)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import flashlab
-from flashlab import compat
 from flashlab.compat import (band_from_window, flash_attn_func, flash_attn_func_backward,
                              flash_attn_varlen_func, flash_attn_varlen_func_backward)
 from flashlab.dropout import keep_mask
@@ -30,10 +29,6 @@ WINDOWS = [(-1, -1), (0, 0), (3, 5), (-1, 0)]
 HEADS = [(2, 2), (4, 1), (6, 2)]
 GRAD_FLOOR = 1e-6
 
-needs_dropout = pytest.mark.skipif(not compat.HAS_DROPOUT,
-                                   reason="flashlab.flash_attention has no dropout_p yet")
-needs_alibi = pytest.mark.skipif(not compat.HAS_ALIBI,
-                                 reason="flashlab.flash_attention has no alibi_slopes yet")
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -301,7 +296,6 @@ def test_numpy_training_matches_the_reference():
 
 
 # ------------------------------------------------------------------------------ dropout, ALiBi
-@needs_dropout
 @pytest.mark.parametrize("sq,sk", [(113, 203), (239, 1), (64, 64)])
 def test_dropout_matches_the_reference(sq, sk):
     q, k, v = bshd_qkv(2, sq, sk, 4, 2, 16, 16, dtype=np.float64)
@@ -322,7 +316,6 @@ def test_dropout_matches_the_reference(sq, sk):
         np.testing.assert_allclose(bhsd(g), r, atol=1e-6)
 
 
-@needs_dropout
 def test_varlen_dropout_gives_each_sequence_its_own_counters():
     lq, lk = [5, 0, 7], [6, 2, 9]
     H = 2
@@ -340,7 +333,6 @@ def test_varlen_dropout_gives_each_sequence_its_own_counters():
         offset += H * sq * sk
 
 
-@needs_alibi
 @pytest.mark.parametrize("sq,sk", [(113, 203), (239, 1), (64, 64)])
 @pytest.mark.parametrize("batch_slopes", [False, True], ids=["(H,)", "(B,H)"])
 def test_alibi_matches_the_bias_written_out(sq, sk, batch_slopes):
@@ -369,17 +361,6 @@ def test_alibi_matches_the_bias_written_out(sq, sk, batch_slopes):
         np.testing.assert_allclose(bhsd(g), r, atol=1e-6)
 
 
-@pytest.mark.skipif(compat.HAS_DROPOUT and compat.HAS_ALIBI, reason="the kernels have both")
-def test_dropout_and_alibi_raise_until_the_kernels_have_them():
-    q, k, v = bshd_qkv(1, 4, 4, 2, 2, 8, 8)
-    if not compat.HAS_DROPOUT:
-        with pytest.raises(NotImplementedError, match="dropout_p"):
-            flash_attn_func(q, k, v, dropout_p=0.1)
-    if not compat.HAS_ALIBI:
-        with pytest.raises(NotImplementedError, match="alibi_slopes"):
-            flash_attn_func(q, k, v, alibi_slopes=np.ones(2, dtype=np.float32))
-
-
 # ------------------------------------------------------------------------------ bad inputs
 def _bad_cases():
     q, k, v = bshd_qkv(2, 5, 6, 4, 2, 8, 8)
@@ -399,7 +380,7 @@ def _bad_cases():
         "window-float": (lambda: f(q, k, v, window_size=(1.5, 2)), TypeError, "window_size"),
         "window-neg": (lambda: f(q, k, v, window_size=(-2, 0)), ValueError, "window_size .* >= -1"),
         "causal": (lambda: f(q, k, v, causal=1), TypeError, "causal must be a bool"),
-        "dropout": (lambda: f(q, k, v, dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\)"),
+        "dropout": (lambda: f(q, k, v, dropout_p=1.0), ValueError, r"dropout_p must lie in \[0.0, 1.0\); got 1.0"),
         "scale": (lambda: f(q, k, v, softmax_scale="x"), TypeError, "softmax_scale"),
         "softcap": (lambda: f(q, k, v, softcap=30.0), NotImplementedError, "softcap"),
         "dout-shape": (lambda: flash_attn_func_backward(q[:, :4], q, k, v, q, np.zeros((2, 4, 5))),

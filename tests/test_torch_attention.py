@@ -16,7 +16,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from flashlab import compat                                           # noqa: E402
 from flashlab.torch_attention import FlashlabAttention, flash_attn_func  # noqa: E402
 from test_compat import bottom_right_allowed                          # noqa: E402
 
@@ -104,7 +103,6 @@ def test_bad_tensors_raise():
         flash_attn_func(q, k, v, softcap=5.0)
 
 
-@pytest.mark.skipif(not compat.HAS_DROPOUT, reason="flashlab.flash_attention has no dropout_p yet")
 def test_dropout_seed_is_drawn_per_forward_and_replayed_in_backward():
     q, k, v = qkv(1, 6, 6, 2, 2, 4, 4)
 

@@ -79,7 +79,6 @@ such a row gives $dQ = 0$ and adds nothing to $dK$, as the reference does.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from numba import njit, prange
@@ -234,7 +233,6 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    Dv = v.shape[3]
     Dr = q_rope.shape[3]
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
