@@ -108,7 +108,7 @@ def block_map_figure(sq: int, sk: int, block_q: int, block_k: int, *, causal: bo
     return fig
 
 
-#: font sizes of the walk figure, in points: at the book's 80 dpi 9 pt is 10 px, the smallest text
+#: font sizes of the walk figure in points (at the book's 80 dpi, 9 pt is 10 px, the smallest text)
 WALK_FONT = {"tick": 9, "label": 9.5, "title": 9.5, "suptitle": 10.5, "legend": 9}
 #: half-width of a row's mark in the running-state panels (rows are 1 apart)
 _ROW_HALF = 0.4
