@@ -67,9 +67,10 @@ def mask_options(kind: str, B: int, H: int, Sq: int, Sk: int, seed: int = 1) -> 
         return {"window": WINDOWS[kind]}
     if kind == "causal+mask":
         return {"causal": True, "mask": random_mask((B, H, Sq, Sk), seed=seed)}
-    shapes = {"mask(Sq,Sk)": (Sq, Sk), "mask(B,1,Sq,Sk)": (B, 1, Sq, Sk),
+    shapes = {"mask(Sq,Sk)": (Sq, Sk), "mask(B,1,Sq,Sk)": (B, 1, Sq, Sk), "mask(B,1,1,Sk)": (B, 1, 1, Sk),
               "mask(1,H,Sq,Sk)": (1, H, Sq, Sk), "mask(B,H,Sq,Sk)": (B, H, Sq, Sk)}
-    return {"mask": random_mask(shapes[kind], seed=seed)}
+    # a key-padding mask has one row for all queries: masking it whole would empty every row
+    return {"mask": random_mask(shapes[kind], seed=seed, full_rows=0 if kind == "mask(B,1,1,Sk)" else 1)}
 
 
 #: windows by name: both sides, one side None, negative sides
@@ -83,7 +84,7 @@ WINDOWS = {
 
 #: every mask kind the forward must handle
 MASK_KINDS = ["none", "causal", *WINDOWS, "mask(Sq,Sk)", "mask(B,1,Sq,Sk)", "mask(1,H,Sq,Sk)",
-              "mask(B,H,Sq,Sk)", "causal+mask", "window+causal"]
+              "mask(B,H,Sq,Sk)", "mask(B,1,1,Sk)", "causal+mask", "window+causal"]
 
 
 # ------------------------------------------------------- the grid the forward and backward share

@@ -102,10 +102,10 @@ def add_bias_tile(s, i0, j0, bias2d, has_bias, slope, has_alibi, alibi_offset, a
                 dist = abs(j - i - alibi_offset)
                 # ALiBi: -slope |j - i - c|  (or -slope sqrt|j - i - c|)
                 add -= slope * (math.sqrt(dist) if alibi_sqrt else dist)
-            total = s[r, c] + add
-            if check_overflow and math.isfinite(add) and not math.isfinite(total):
+            # (the sum is rounded to the tile's dtype when stored: test the stored value)
+            s[r, c] += add
+            if check_overflow and math.isfinite(add) and not math.isfinite(s[r, c]):
                 overflow = True
-            s[r, c] = total
     return overflow
 
 
