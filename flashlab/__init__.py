@@ -1,6 +1,6 @@
 """flashlab: FlashAttention and the Ascend RECT-FA optimizations, in Numba, for a teaching book.
 
-Public API (see DESIGN.md):
+Public API:
 
 - :func:`attention_reference` — float64 naive attention, the truth;
   :func:`attention_reference_backward` its analytic gradients;
@@ -11,9 +11,12 @@ Public API (see DESIGN.md):
 - :func:`flash_attention_score` / :func:`flash_attention_score_grad` — the CANN
   ``FlashAttentionScore`` operator's interface (layouts, sparse_mode, softmax_max/sum).
 
-Submodules: ``masks`` (the mask model), ``cost`` (analytic costs), ``walk`` (the forward one tile
-at a time), ``pipeline`` (hardware profiles), ``viz`` (drawings), ``widgets`` (explorers, needs
-ipywidgets), ``bench`` (``python -m flashlab.bench``).
+Submodules: ``masks`` (the mask model), ``dropout`` (the counter-based dropout mask),
+``compat`` (flash_attn's ``flash_attn_func``/``flash_attn_varlen_func`` on numpy arrays),
+``torch_attention`` (an autograd Function, needs torch), ``cost`` (analytic costs), ``walk``
+(the forward one tile at a time), ``pipeline`` (hardware profiles), ``viz`` (drawings),
+``widgets`` (explorers, needs ipywidgets), ``bench`` (``python -m flashlab.bench``),
+``numba_cache`` (where compiled kernels are cached; read-only installs).
 """
 from flashlab.api import flash_attention, flash_attention_backward, tiles_computed
 from flashlab.cann import flash_attention_score, flash_attention_score_grad
