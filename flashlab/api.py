@@ -6,19 +6,18 @@ inputs' dtype and ``lse`` in the compute dtype: float64 for float64 inputs (so f
 gradients reach float64 accuracy), float32 otherwise.
 
 :func:`forward_with_stats` and :func:`backward_with_tiles` run the kernels on a validated
-:class:`~flashlab.checks.Problem` and return what the public functions drop (the row max,
+:class:`~flashlab.validation.Problem` and return what the public functions drop (the row max,
 the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
 import numpy as np
 
-# FORWARD_BLOCK and BACKWARD_BLOCK, the default tile sizes (and the measurements behind them),
-# are defined in flashlab.checks, whose prepare() needs them too, and re-exported from here
-from flashlab.checks import (BACKWARD_BLOCK, FORWARD_BLOCK, Problem, _contiguous, prepare,
-                             scores_may_overflow)
-from flashlab.kernels.backward import flash_backward_kernel, q_splits, sum_partials
+from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.forward import flash_forward_kernel
+# the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
+from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
+from flashlab.validation import Problem, contiguous, prepare, scores_may_overflow
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
@@ -36,7 +35,7 @@ def compute_dtype(dtype: np.dtype) -> type:
 def _bias_operands(p: Problem, ct) -> tuple:
     """The kernels' bias/ALiBi/dropout arguments, placeholders where absent."""
     bias = (np.zeros((1, 1, 1, 1), dtype=ct) if p.bias is None
-            else _contiguous(p.bias.astype(ct, copy=False)))
+            else contiguous(p.bias.astype(ct, copy=False)))
     slopes = _NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes
     return (bias, p.bias is not None, slopes, p.alibi_slopes is not None, p.alibi_offset,
             p.alibi_sqrt)
@@ -60,7 +59,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     all in the compute dtype (row_max = the final running max, CANN's ``softmax_max``);
     tiles_done (B * H * n_qblocks,) int64. Raises ``ValueError`` if a score overflows.
     ``check_overflow``: test every tile (True), none (False, for tests that plant NaN on
-    purpose) or only when :func:`~flashlab.checks.scores_may_overflow` says so (None).
+    purpose) or only when :func:`~flashlab.validation.scores_may_overflow` says so (None).
     """
     if check_overflow is None:
         check_overflow = scores_may_overflow(p, compute_dtype(p.dtype))
@@ -118,7 +117,7 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         counter ``offset + ((b H + h) Sq + i) Sk + j`` (:mod:`flashlab.dropout`): the same
         ``seed``/``offset`` give the same mask in every run and in the backward
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
-        lengths means the lengths); the defaults (:data:`~flashlab.checks.FORWARD_BLOCK`,
+        lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
         256 x 128) were the fastest measured on this machine
 
     Returns
@@ -167,7 +166,7 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     """Number of (q-block, kv-block) tiles the forward kernel computes, per (B, H, q-block).
 
     Same arguments and defaults as :func:`flash_attention` (tiles
-    :data:`~flashlab.checks.FORWARD_BLOCK` unless ``block_q``/``block_k`` are given), same
+    :data:`~flashlab.tiling.FORWARD_BLOCK` unless ``block_q``/``block_k`` are given), same
     errors; returns an int64 array (B, H, n_qblocks). Used by the tests and the masks chapter
     to show that skipped tiles are really never computed.
     """
@@ -205,7 +204,7 @@ def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, 
     if np.isnan(lse).any() or (lse == np.inf).any():
         raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return tuple(_contiguous(x) for x in (do, o, lse))
+    return tuple(contiguous(x) for x in (do, o, lse))
 
 
 def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
@@ -302,7 +301,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
-        :data:`~flashlab.checks.BACKWARD_BLOCK`, 128 x 128), independent of the forward's
+        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 128 x 128), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)

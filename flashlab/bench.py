@@ -101,7 +101,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from flashlab.api import BACKWARD_BLOCK, FORWARD_BLOCK
+from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 from flashlab.cost import (MLA_DATAFLOWS, attention_backward_flops, attention_flops,
                            flash_backward_intensity, mla_backward_steps, mla_forward_steps,
                            operation_intensities)
@@ -144,7 +144,7 @@ class BenchConfig:
     - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
-    - ``simulator_tasks``: time :func:`flashlab.pipeline.simulate.bench_simulator` on about
+    - ``simulator_tasks``: time :func:`flashlab.pipeline.schedule.bench_simulator` on about
       this many tasks (``None``: skip);
     - ``tile_explorer``: time one step of the tile explorer (:func:`tile_explorer_step`).
     """
@@ -907,7 +907,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
     result["numba_first_call"] = (numba_first_call(config.first_call == "compile")
                                   if config.first_call else None)
     if config.simulator_tasks:
-        from flashlab.pipeline.simulate import bench_simulator
+        from flashlab.pipeline.schedule import bench_simulator
         say(f"pipeline simulator ({config.simulator_tasks} tasks) ...")
         result["simulator"] = bench_simulator(config.simulator_tasks)
     if config.tile_explorer:

@@ -120,7 +120,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashlab import api
-from flashlab.checks import prepare
+from flashlab.validation import prepare
 from flashlab.masks import (NO_LIMIT, SPARSE_MODES, allowed, compressed_mask, prefix_mask,
                             sparse_mode_band, varlen_sequence_mode)
 

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
-from flashlab.checks import FLOAT_DTYPES, as_int, as_real
+from flashlab.validation import FLOAT_DTYPES, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
 

@@ -52,12 +52,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from flashlab.tiling import cdiv, q_splits
+
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def attention_flops(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, batch: int = 1,
@@ -101,7 +99,7 @@ def hbm_elements_standard(seq_q: int, seq_k: int, d_qk: int, d_v: int) -> int:
 
 def hbm_elements_flash(seq_q: int, seq_k: int, d_qk: int, d_v: int, block_q: int) -> int:
     """HBM elements read + written by the tiled forward with query blocks of ``block_q`` rows."""
-    n_qb = _cdiv(seq_q, block_q)
+    n_qb = cdiv(seq_q, block_q)
     return seq_q * d_qk + seq_q * d_v + n_qb * seq_k * (d_qk + d_v) + seq_q
 
 
@@ -182,7 +180,7 @@ def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, blo
     block_q)`` of them) ``K, V`` read and the ``dK, dV`` accumulators read and written:
     ``Sq (2 Dqk + 2 Dv) + 3 n_qb Sk (Dqk + Dv)``, times ``elem`` bytes.
     """
-    n_qb = _cdiv(seq_q, block_q)
+    n_qb = cdiv(seq_q, block_q)
     elements = seq_q * (2 * d_qk + 2 * d_v) + 3 * n_qb * seq_k * (d_qk + d_v)
     return attention_backward_flops(seq_q, seq_k, d_qk, d_v) / (elem * elements)
 
@@ -307,11 +305,9 @@ def backward_partials_elements(batch: int, heads: int, seq_q: int, seq_k: int,
     ``grads``: ``(heads of the gradient, its dim)`` for each of dK, dV (and dK_rope). A
     gradient whose heads equal the query heads, with one query chunk per head, is written
     directly; any other gets ``B * H * n_split * Sk * dim`` partials, ``n_split`` from
-    :func:`flashlab.kernels.backward.q_splits`.
+    :func:`flashlab.tiling.q_splits`.
     """
-    from flashlab.kernels.backward import q_splits
-
-    n_split = q_splits(batch, heads, _cdiv(seq_q, block_q))
+    n_split = q_splits(batch, heads, cdiv(seq_q, block_q))
     return sum(0 if (g == heads and n_split == 1) else batch * heads * n_split * seq_k * dim
                for g, dim in grads)
 

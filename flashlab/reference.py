@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.checks import Problem, prepare
+from flashlab.validation import Problem, prepare
 from flashlab.dropout import keep_mask
 from flashlab.masks import allowed
 

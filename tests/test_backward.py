@@ -43,8 +43,9 @@ from hypothesis import given, settings
 
 import flashlab
 from flashlab import api
-from flashlab.checks import prepare
-from flashlab.kernels.backward import flash_backward_kernel, q_splits
+from flashlab.validation import prepare
+from flashlab.kernels.backward import flash_backward_kernel
+from flashlab.tiling import q_splits
 from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
                       ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, dense_allowed, make_qkv,
                       mask_options, max_abs_err, pair_id)

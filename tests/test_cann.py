@@ -14,7 +14,7 @@ import pytest
 
 import flashlab
 from flashlab import api, cann
-from flashlab.checks import prepare
+from flashlab.validation import prepare
 from conftest import assert_close_to_reference, make_qkv, max_abs_err, random_mask
 
 INF = 2147483647

@@ -26,7 +26,7 @@ from conftest import dense_allowed, make_qkv
 
 import flashlab
 from flashlab import masks, numba_cache
-from flashlab.checks import prepare
+from flashlab.validation import prepare
 
 HUGE_WINDOWS = [(sys.maxsize, 5), (None, sys.maxsize), (2**62, 2**62), (5, sys.maxsize),
                 (-sys.maxsize, sys.maxsize), (2**70, 3), (3, -2**70), (-2**63, None)]

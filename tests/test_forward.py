@@ -21,7 +21,7 @@ from hypothesis import given, settings, strategies as st
 
 import flashlab
 from flashlab import api
-from flashlab.checks import prepare
+from flashlab.validation import prepare
 from flashlab.masks import EMPTY, band_from, classify_tiles
 from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
                       ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, assert_close_to_reference,

@@ -48,7 +48,7 @@ buffer** ``part[b, h, c]`` of shape ``(Sk, D)``, visiting tiles in a fixed order
 cheap kernel (:func:`sum_partials`) then adds the partials of the heads that share a kv
 head (GQA) and of the chunks, in a fixed order: $O(H\,S_k\,D)$ additions against the
 $O(H\,S_q\,S_k\,D)$ of the tiles. ``n_split`` is chosen from the shape only
-(:func:`q_splits`: 1 when ``B*H >= 4``), never from the thread count, so one thread and
+(:func:`flashlab.tiling.q_splits`: 1 when ``B*H >= 4``), never from the thread count, so one thread and
 many threads produce the same bits. The price is memory: the partial buffers hold
 ``B*H*n_split*Sk*(Dqk+Dv+Dr)`` numbers — what FlashAttention-2 also allocates for GQA
 (``dk_expanded``) — and none at all for plain multi-head attention with ``n_split = 1``,
@@ -90,21 +90,7 @@ from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thre
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
                                       mask_at, mask_tile, score_tile, tile_fully_masked)
-
-#: :func:`q_splits` splits the query blocks of each head until there are at least this many
-#: parallel work items (a constant, never the thread count: the bits must not depend on it).
-MIN_WORK_ITEMS = 4
-
-
-def q_splits(batch: int, heads: int, n_qblocks: int) -> int:
-    """Number of query-block chunks per head: the smallest giving ``>= MIN_WORK_ITEMS`` items.
-
-    >>> q_splits(1, 8, 32), q_splits(1, 1, 32), q_splits(1, 2, 32), q_splits(1, 1, 3)
-    (1, 4, 2, 3)
-    """
-    want = -(-MIN_WORK_ITEMS // (batch * heads))
-    return max(1, min(n_qblocks, want))
-
+from flashlab.tiling import MIN_WORK_ITEMS, q_splits  # noqa: F401  (the book reads backward.q_splits)
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):

@@ -34,7 +34,7 @@ the end. Which entries are dropped is a function of their position (:mod:`flashl
 so the backward drops the very same ones.
 
 **Overflow.** When a bound on $|S|$ says the scores could leave the float range
-(:func:`flashlab.checks.scores_may_overflow`), every tile is checked and the work item flags
+(:func:`flashlab.validation.scores_may_overflow`), every tile is checked and the work item flags
 it; the API raises instead of reporting an overflowed row as a masked one.
 
 **Rows with no allowed key** keep $m = -\infty$, $\ell = 0$: they give $O = 0$ and

@@ -1,7 +1,7 @@
 """Input validation: every bad input raises the documented error, naming the argument and the
 expected shape or value (each regex below checks both, and what was given).
 
-All public entry points share :func:`flashlab.checks.prepare`, so each case is run through the
+All public entry points share :func:`flashlab.validation.prepare`, so each case is run through the
 kernel, the float64 reference and the naive implementation alike.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 import flashlab
 from conftest import make_qkv
-from flashlab import api, cann, checks
+from flashlab import api, cann, tiling, validation
 from flashlab.walk import walk_forward
 
 ENTRY_POINTS = [flashlab.flash_attention, flashlab.attention_reference, flashlab.attention_naive,
@@ -161,7 +161,7 @@ def test_backward_reference_checks_do_shape():
 
 # ------------------------------------------------------------------- default tile sizes
 @pytest.mark.parametrize("fn, default", [
-    (checks.prepare, api.FORWARD_BLOCK),
+    (validation.prepare, api.FORWARD_BLOCK),
     (flashlab.flash_attention, api.FORWARD_BLOCK),
     (flashlab.tiles_computed, api.FORWARD_BLOCK),
     (walk_forward, api.FORWARD_BLOCK),
@@ -171,10 +171,10 @@ def test_backward_reference_checks_do_shape():
 ], ids=lambda x: getattr(x, "__name__", str(x)))
 def test_default_tiles_have_one_source(fn, default):
     """Every function taking flash_attention's arguments defaults to flash_attention's tiles
-    (the backward ones to the backward's), all read from flashlab.checks."""
+    (the backward ones to the backward's), all read from flashlab.tiling."""
     params = inspect.signature(fn).parameters
     assert (params["block_q"].default, params["block_k"].default) == default
-    assert api.FORWARD_BLOCK is checks.FORWARD_BLOCK and api.BACKWARD_BLOCK is checks.BACKWARD_BLOCK
+    assert api.FORWARD_BLOCK is tiling.FORWARD_BLOCK and api.BACKWARD_BLOCK is tiling.BACKWARD_BLOCK
 
 
 def test_tiles_computed_defaults_to_the_kernels_tiles():
@@ -184,7 +184,7 @@ def test_tiles_computed_defaults_to_the_kernels_tiles():
     bq, bk = api.FORWARD_BLOCK
     assert tiles.shape == (1, 1, -(-600 // bq))
     np.testing.assert_array_equal(tiles, flashlab.tiles_computed(**args, causal=True, block_q=bq, block_k=bk))
-    assert checks.prepare(**args).block_q == bq and checks.prepare(**args).block_k == bk
+    assert validation.prepare(**args).block_q == bq and validation.prepare(**args).block_k == bk
 
 
 # ------------------------------------------------------------------- inputs that are accepted
