@@ -26,7 +26,7 @@ $$
 t_{\text{op}} = \frac{Q_{\text{read}} + Q_{\text{written}}}{\beta}.
 $$
 
-*The FA kernel* is the pipeline model of one AI Core (:func:`flashlab.pipeline.simulate.simulate_fa`):
+*The FA kernel* is the pipeline model of one AI Core (:func:`flashlab.pipeline.schedule.simulate_fa`):
 a core runs its query blocks (q-blocks) one after the other, each against its kv-blocks. In
 the simulator the time of a stream of q-blocks is affine in their number (after the first,
 every q-block costs the same), and the cost of one q-block is affine in its number $n$ of
@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 from flashlab import cost
 from flashlab.pipeline.hardware import HardwareProfile, with_hbm_bandwidth
-from flashlab.pipeline.simulate import simulate_fa
+from flashlab.pipeline.schedule import simulate_fa
 from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
                            DEEPSEEK_V3_V_DIM)
 
@@ -203,7 +203,7 @@ def dataflow_of(ideas: Iterable[str]) -> str:
 
 
 def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:
-    """The :func:`flashlab.pipeline.simulate.simulate_fa` options of the FA kernel for these ideas:
+    """The :func:`flashlab.pipeline.schedule.simulate_fa` options of the FA kernel for these ideas:
     ``strategy`` (``"ping_pong"`` or the Matmul API's ``"iterate_all"``), ``pad_v`` (V padded
     to $D$ unless ``"native_v"``), ``split_rope`` ($D_r$ with ``"split_rope"``, else 0)."""
     s = check_ideas(ideas)

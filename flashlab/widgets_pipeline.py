@@ -4,7 +4,7 @@
   (``iterate_all``, ``self_mte2``, ``ping_pong``, ``n_buffers``), tile sizes, the chip's HBM
   bandwidth, head dims (:data:`HEAD_DIMS`), RoPE concatenated or split, number of kv-blocks --
   and :func:`run_settings`, which simulates it and the ``iterate_all`` baseline of the same
-  shape (:func:`flashlab.pipeline.simulate.simulate_fa`).
+  shape (:func:`flashlab.pipeline.schedule.simulate_fa`).
 - :func:`core_profile`: the Ascend 910B AI Core profile with the chip's HBM bandwidth moved;
   MTE2 (GM -> L1) and MTE3 (UB -> GM) get a 1/24 share of it each, as in
   :mod:`flashlab.pipeline.hardware`.
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from flashlab.pipeline.hardware import (
     ASCEND_910B, ASCEND_910B_AI_CORE, HardwareProfile, with_hbm_bandwidth,
 )
-from flashlab.pipeline.schedule import STRATEGIES
-from flashlab.pipeline.simulate import SimResult, simulate_fa
+from flashlab.pipeline.schedule import STRATEGIES, simulate_fa
+from flashlab.pipeline.simulate import SimResult
 
 #: head-dim presets, name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
 #: padded to 192 (the baseline before RECT-FA); "192/128 native V" is RECT-FA's.
@@ -126,7 +126,7 @@ class PipelineSettings:
         return core_profile(self.hbm_tb_s)
 
     def fa_args(self) -> dict:
-        """Keyword arguments of :func:`~flashlab.pipeline.simulate.simulate_fa` (profile included)."""
+        """Keyword arguments of :func:`~flashlab.pipeline.schedule.simulate_fa` (profile included)."""
         d_qk, d_v, pad_v = HEAD_DIMS[self.head_dims]
         return dict(profile=self.profile(), strategy=self.strategy, seq_q=self.block_q,
                     seq_kv=self.kv_blocks * self.block_k, d_qk=d_qk, d_v=d_v,

@@ -140,7 +140,7 @@ def test_with_hbm_bandwidth_moves_mte2_and_mte3_of_a_core():
 
 
 def test_with_hbm_bandwidth_changes_an_mte2_bound_makespan():
-    from flashlab.pipeline.simulate import simulate_fa
+    from flashlab.pipeline.schedule import simulate_fa
     core = hw.ASCEND_910B_AI_CORE
     shape = dict(seq_q=128, seq_kv=1024, d_qk=192, d_v=128, block_q=128, block_k=128)
     share = core.hbm_bandwidth.value

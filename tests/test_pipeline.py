@@ -8,11 +8,10 @@ import pytest
 
 from flashlab.pipeline import hardware as hw
 from flashlab.pipeline.schedule import (
-    STRATEGIES, FAShape, buffer_needs, build_fa_graph, cube_order, l0c_slots, resolve_buffers,
+    STRATEGIES, FAShape, bench_simulator, buffer_needs, build_fa_graph, cube_order, l0c_slots,
+    resolve_buffers, simulate_fa,
 )
-from flashlab.pipeline.simulate import (
-    SimResult, TaskGraph, bench_simulator, simulate, simulate_fa, two_stage_graph,
-)
+from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
 
 ASCEND = hw.ASCEND_910B_AI_CORE
 CORE = ASCEND.core

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
-from flashlab.pipeline.simulate import simulate_fa  # noqa: E402
+from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.widgets_pipeline import (  # noqa: E402
     HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, pipeline_animation, pipeline_grid,
     run_settings, simulate_settings, summary,

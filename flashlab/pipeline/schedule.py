@@ -64,12 +64,13 @@ $PV$ (the accumulator it rescales).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from flashlab.pipeline.hardware import HardwareProfile
-from flashlab.pipeline.simulate import TaskGraph
+from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE, HardwareProfile
+from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
 
 #: The strategies of :func:`build_fa_graph`.
 STRATEGIES = ("iterate_all", "self_mte2", "ping_pong", "n_buffers")
@@ -618,3 +619,50 @@ def _info(profile, strategy, nb, shape: FAShape, lookahead, kv_source, needs, po
         "steps": T, "useful_flops": flops, "executed_flops": flops_done, "kv_bytes": kv_bytes,
         "pools": dict(pools), "buffer_needs": list(needs),
     }
+
+
+# ------------------------------------------------------------------ build and simulate
+def simulate_fa(profile, strategy: str, seq_q: int, seq_kv: int, d_qk: int, d_v: int,
+                block_q: int, block_k: int, **options) -> SimResult:
+    """Simulate the FlashAttention forward tile loop of one core.
+
+    Builds the task graph with :func:`build_fa_graph` (same
+    arguments; ``options`` are its keyword options ``n_buffers``, ``pad_v``, ``split_rope``,
+    ``lookahead``, ...) and runs :func:`simulate`. The result has ``.makespan`` (seconds),
+    ``.timeline``, ``.utilization``, ``.occupancy`` and ``.graph.info`` (shapes, bytes moved,
+    FLOPs, the buffer plan).
+    """
+    graph = build_fa_graph(profile, strategy, seq_q, seq_kv, d_qk, d_v, block_q, block_k, **options)
+    return simulate(graph)
+
+
+def bench_simulator(n_tasks: int = 100_000, repeat: int = 3) -> dict:
+    """Time the simulator on about ``n_tasks`` tasks (not a unit test: run it by hand).
+
+    Two graphs: the two-stage pipeline (``n_tasks`` tasks) and the FlashAttention tile loop
+    on an Ascend 910B AI Core (ping-pong, 128 x 128 tiles, D = 192/128, enough kv-blocks for
+    about ``n_tasks`` tasks). Returns the best of ``repeat`` wall-clock times for building and
+    simulating each, and tasks per second.
+    """
+    def best(fn):
+        times, out = [], None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+        return min(times), out
+
+    out = {}
+    t_build, g = best(lambda: two_stage_graph(1.0, 2.0, n_tasks // 2, 2))
+    t_sim, _ = best(lambda: simulate(g))
+    out["two_stage"] = {"tasks": len(g.tasks), "build_s": t_build, "simulate_s": t_sim,
+                        "tasks_per_s": len(g.tasks) / t_sim}
+    probe = build_fa_graph(ASCEND_910B_AI_CORE, "ping_pong", 128, 128 * 8, 192, 128, 128, 128)
+    per_block = len(probe.tasks) / 8
+    n_kv = max(1, round(n_tasks / per_block))
+    t_build, g = best(lambda: build_fa_graph(ASCEND_910B_AI_CORE, "ping_pong", 128, 128 * n_kv,
+                                             192, 128, 128, 128))
+    t_sim, _ = best(lambda: simulate(g))
+    out["flash_attention"] = {"tasks": len(g.tasks), "build_s": t_build, "simulate_s": t_sim,
+                              "tasks_per_s": len(g.tasks) / t_sim}
+    return out

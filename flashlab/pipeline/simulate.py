@@ -34,13 +34,13 @@ raises ``ValueError`` (never hangs): the pools and indices are checked before th
 run in which no task can start while none is running stops with a message that names the
 cycle or each engine's blocked task.
 
-:func:`simulate_fa` builds the FlashAttention tile loop of one core
-(:func:`flashlab.pipeline.schedule.build_fa_graph`) and simulates it.
+The FlashAttention tile loop of one core is built as such a graph in
+:mod:`flashlab.pipeline.schedule` (:func:`~flashlab.pipeline.schedule.simulate_fa`), which
+imports this module and never the reverse.
 """
 from __future__ import annotations
 
 import heapq
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -418,23 +418,6 @@ def _deadlock_message(graph, queues, head, remaining, free) -> str:
             "wait on each other): " + "; ".join(lines))
 
 
-# ------------------------------------------------------------------------- FlashAttention
-def simulate_fa(profile, strategy: str, seq_q: int, seq_kv: int, d_qk: int, d_v: int,
-                block_q: int, block_k: int, **options) -> SimResult:
-    """Simulate the FlashAttention forward tile loop of one core.
-
-    Builds the task graph with :func:`flashlab.pipeline.schedule.build_fa_graph` (same
-    arguments; ``options`` are its keyword options ``n_buffers``, ``pad_v``, ``split_rope``,
-    ``lookahead``, ...) and runs :func:`simulate`. The result has ``.makespan`` (seconds),
-    ``.timeline``, ``.utilization``, ``.occupancy`` and ``.graph.info`` (shapes, bytes moved,
-    FLOPs, the buffer plan).
-    """
-    from flashlab.pipeline.schedule import build_fa_graph  # schedule imports this module
-
-    graph = build_fa_graph(profile, strategy, seq_q, seq_kv, d_qk, d_v, block_q, block_k, **options)
-    return simulate(graph)
-
-
 def two_stage_graph(a: float, b: float, n: int, buffers: int) -> TaskGraph:
     """The textbook pipeline: ``n`` tiles, each copied in by ``COPY`` (``a`` s) into one of
     ``buffers`` slots and consumed by ``COMPUTE`` (``b`` s), which frees the slot."""
@@ -443,38 +426,3 @@ def two_stage_graph(a: float, b: float, n: int, buffers: int) -> TaskGraph:
         c = g.add(f"copy{j}", "COPY", a, acquire="buf", kind="copy", step=j)
         g.add(f"compute{j}", "COMPUTE", b, [c], releases=[c], kind="compute", step=j)
     return g
-
-
-def bench_simulator(n_tasks: int = 100_000, repeat: int = 3) -> dict:
-    """Time the simulator on about ``n_tasks`` tasks (not a unit test: run it by hand).
-
-    Two graphs: the two-stage pipeline (``n_tasks`` tasks) and the FlashAttention tile loop
-    on an Ascend 910B AI Core (ping-pong, 128 x 128 tiles, D = 192/128, enough kv-blocks for
-    about ``n_tasks`` tasks). Returns the best of ``repeat`` wall-clock times for building and
-    simulating each, and tasks per second.
-    """
-    from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE
-    from flashlab.pipeline.schedule import build_fa_graph
-
-    def best(fn):
-        times, out = [], None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - t0)
-        return min(times), out
-
-    out = {}
-    t_build, g = best(lambda: two_stage_graph(1.0, 2.0, n_tasks // 2, 2))
-    t_sim, _ = best(lambda: simulate(g))
-    out["two_stage"] = {"tasks": len(g.tasks), "build_s": t_build, "simulate_s": t_sim,
-                        "tasks_per_s": len(g.tasks) / t_sim}
-    probe = build_fa_graph(ASCEND_910B_AI_CORE, "ping_pong", 128, 128 * 8, 192, 128, 128, 128)
-    per_block = len(probe.tasks) / 8
-    n_kv = max(1, round(n_tasks / per_block))
-    t_build, g = best(lambda: build_fa_graph(ASCEND_910B_AI_CORE, "ping_pong", 128, 128 * n_kv,
-                                             192, 128, 128, 128))
-    t_sim, _ = best(lambda: simulate(g))
-    out["flash_attention"] = {"tasks": len(g.tasks), "build_s": t_build, "simulate_s": t_sim,
-                              "tasks_per_s": len(g.tasks) / t_sim}
-    return out
