@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import flashlab  # noqa: E402
-from flashlab.masks import EMPTY, band_from, classify_tiles, compressed_mask  # noqa: E402
+from flashlab.cann import compressed_mask  # noqa: E402
+from flashlab.masks import EMPTY, band_from, classify_tiles  # noqa: E402
 from flashlab.viz import masks as vm  # noqa: E402
 
 CAUSAL3 = dict(sparse_mode=3, atten_mask=compressed_mask(3))

@@ -3,7 +3,7 @@
 The pictures are not drawn from a separate description of the modes: each panel is
 :func:`flashlab.cann.sparse_mode_mask`, which runs the operator's own planning code
 (:func:`flashlab.cann.plan`) on the example arguments of :func:`example_arguments`. The names
-and rules come from :data:`flashlab.masks.SPARSE_MODES`.
+and rules come from :data:`flashlab.cann.sparse_modes.SPARSE_MODES`.
 
 Coordinates: key index ``j`` to the right, query index ``i`` downwards (row 0 at the top).
 """
@@ -17,7 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from flashlab.cann import sparse_mode_mask
-from flashlab.masks import SPARSE_MODES, allowed, compressed_mask, prefix_mask
+from flashlab.cann.sparse_modes import SPARSE_MODES, compressed_mask, prefix_mask
+from flashlab.masks import allowed
 from flashlab.viz.style import PALETTE, new_figure
 
 _CMAP = ListedColormap([PALETTE["empty"], PALETTE["full"]])
