@@ -61,7 +61,8 @@ forward's :func:`~flashlab.kernels.forward.score_tile` and
 :func:`~flashlab.kernels.forward.mask_tile` recompute $S$ — so $P$ is recomputed from the
 very scores the forward normalised.
 
-**Bias and dropout.** $S$ is recomputed with the forward's bias (:func:`add_bias_tile`), and
+**Bias and dropout.** $S$ is recomputed with the forward's bias
+(:func:`~flashlab.kernels.forward.add_bias_tile`), and
 its gradient is $dS$ itself (the bias is added after scaling): with ``dbias_part`` the kernel
 adds $dS$ into a buffer of the bias's own broadcast shape per work item. With dropout
 $O = (Z \circ P / k) V$ ($k$ the keep probability), so $dV = (Z \circ P / k)^\top dO$ and
