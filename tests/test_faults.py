@@ -159,6 +159,22 @@ def test_float64_inputs_get_float64_lse_and_float64_gradients():
         assert err < 1e-12, f"{name}: relative error {err:.3g} (float32-lse level is ~1e-7)"
 
 
+def test_cann_float64_stats_give_float64_gradients():
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, n, 16)) * s for n, s in ((9, 20.0), (11, 1.0), (11, 1.0)))
+    out, smax, ssum = flashlab.flash_attention_score(q, k, v, 2, "BNSD", scale=0.25)
+    assert smax.dtype == ssum.dtype == np.float64
+    dy = rng.standard_normal(out.shape)
+    grads = flashlab.flash_attention_score_grad(q, k, v, dy, 2, "BNSD", softmax_max=smax,
+                                                softmax_sum=ssum, attention_in=out, scale=0.25)
+    refs = flashlab.attention_reference_backward(dy, q, k, v, scale=0.25)
+    for g, r in zip(grads, refs):
+        assert np.abs(g - r).max() < 1e-12 * max(1.0, np.abs(r).max())
+    # float32 inputs keep the device's float32 stats
+    out32 = flashlab.flash_attention_score(*(x.astype(np.float32) for x in (q, k, v)), 2, "BNSD")
+    assert out32[1].dtype == out32[2].dtype == np.float32
+
+
 # -------------------------------------------------------------------------- 5. one-key rows
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("opts", [

@@ -27,7 +27,8 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: softmax_max / softmax_sum repeat each row's value this many times (32 bytes of float32)
 SOFTMAX_REPEAT = 8
 
-#: softmax_max / softmax_sum of a row with no allowed key: float32 lowest and max
+#: The values the operator writes into softmax_max and softmax_sum for a row with no allowed
+#: key (the device's invalid-row path): float32's lowest and largest numbers.
 EMPTY_ROW_MAX = float(np.finfo(np.float32).min)
 EMPTY_ROW_SUM = float(np.finfo(np.float32).max)
 

@@ -74,8 +74,9 @@ order: its TND drop mask is the per-sequence [N, Sq_i, Skv_i] blocks one after t
 grad takes the same ``seed``/``offset`` and regenerates the same mask. The bits are flashlab's
 SplitMix64 generator, not the device's Philox: same contract, other numbers.
 
-**Outputs**: ``softmax_max`` and ``softmax_sum`` are float32 ``[B, N, Sq, 8]`` (TND:
-``[T, N, 8]``), each value repeated 8 times (32-byte alignment on the device).
+**Outputs**: ``softmax_max`` and ``softmax_sum`` are float32 (float64 for float64 inputs)
+``[B, N, Sq, 8]`` (TND: ``[T, N, 8]``), each value repeated 8 times (32-byte alignment on the
+device).
 ``softmax_max`` is the row max of the scaled, biased, masked scores and ``softmax_sum`` the row
 sum of ``exp(score - max)``, so the log-sum-exp is
 
@@ -274,12 +275,19 @@ def _options(c: Call, st: Setup) -> dict:
     return kw
 
 
+def stats_dtype(st: Setup) -> type:
+    """softmax_max/sum's dtype: float32 as on the device, float64 for float64 inputs (so that a
+    float64 grad recomputes P from a float64 LSE)."""
+    return np.float64 if st.ct == np.float64 else np.float32
+
+
 def _stats_out(x: np.ndarray, st: Setup) -> np.ndarray:
-    """Row values (B, N, Sq) or TND (T, N) -> float32 [..., 8] in ``softmax_layout``."""
+    """Row values (B, N, Sq) or TND (T, N) -> [..., 8] in ``softmax_layout`` and :func:`stats_dtype`."""
     if st.varlen and st.softmax_layout == "":
         # NTD: sequence by sequence, a block [N, Sq_i] of each
         x = np.concatenate([x[q0:q1].T.reshape(-1) for q0, q1, _, _ in st.seqs]).reshape(x.shape)
-    return np.ascontiguousarray(np.repeat(x[..., None], SOFTMAX_REPEAT, axis=-1), dtype=np.float32)
+    return np.ascontiguousarray(np.repeat(x[..., None], SOFTMAX_REPEAT, axis=-1),
+                                dtype=stats_dtype(st))
 
 
 def _stats_in(x: np.ndarray, st: Setup) -> np.ndarray:
@@ -344,9 +352,10 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     Returns
     -------
     attention_out : query's layout with V's D, query's dtype
-    softmax_max, softmax_sum : float32 [B, N, Sq, 8] (TND: [T, N, 8], in ``softmax_layout``);
-        LSE = max + log(sum). A row with no allowed key: out 0, max -3.4028235e38 (float32
-        lowest), sum 3.4028235e38 (float32 max).
+    softmax_max, softmax_sum : [B, N, Sq, 8] (TND: [T, N, 8], in ``softmax_layout``), float32
+        as the device writes them, float64 for float64 inputs; LSE = max + log(sum). A row with
+        no allowed key: out 0, max -3.4028235e38 (float32 lowest), sum 3.4028235e38 (float32
+        max), in either dtype.
 
     The operator's fourth output ``softmax_out`` is reserved and never written ("预留参数，暂未
     使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
@@ -399,7 +408,8 @@ def _softmax_operand(name: str, x, st: Setup) -> np.ndarray:
     d = st.dims
     expected = (d.Sq, d.N1, SOFTMAX_REPEAT) if st.varlen else (d.B, d.N1, d.Sq, SOFTMAX_REPEAT)
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy float32 array of shape {expected}; got {type(x).__name__}")
+        raise TypeError(f"{name} must be a numpy float32/float64 array of shape {expected}; "
+                        f"got {type(x).__name__}")
     if x.shape != expected:
         raise ValueError(f"{name} must have shape {expected} (the forward's); got {x.shape}")
     return _stats_in(x, st)
