@@ -32,8 +32,8 @@ four dataflows of :mod:`flashlab.mla`, step by step, and the factor each RECT-FA
 Notation: $B$ batch, $H$ heads, $S_q$/$S_k$ lengths, $D_n$/$D_r$/$D_v$ the NoPE, RoPE and V
 head dims (DeepSeek-V3: 128, 64, 128), $D = D_n + D_r$; $P$ the attended (query, key) pairs
 of all heads ($B H S_q S_k$, about half with ``causal``); $e$ bytes per element; the LSE is
-float32. Row counts: $n_q = B H S_q$ query rows, $n_k = B H S_k$ per-head key rows,
-$n_r = B S_k$ rows of the shared ``k_rope``.
+kept in the compute dtype (:func:`accumulator_bytes`). Row counts: $n_q = B H S_q$ query rows,
+$n_k = B H S_k$ per-head key rows, $n_r = B S_k$ rows of the shared ``k_rope``.
 
 * FLOPs: 2 per multiply-add of the matrix products (softmax work not counted, as in the
   FlashAttention papers) and 1 per addition of the head-sum of the baseline's backward.
@@ -50,8 +50,7 @@ $n_r = B S_k$ rows of the shared ``k_rope``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
-
+from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
 
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
@@ -189,33 +188,31 @@ def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, blo
 # MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
 # ------------------------------------------------------------------------------------------
 
-#: the dataflows of :mod:`flashlab.mla`: pad V + concat RoPE; concat RoPE only (native V);
-#: pad V only (split RoPE); RECT-FA (both ideas)
-MLA_DATAFLOWS = ("baseline", "native_v", "split_rope", "rect")
+#: the dataflows of :mod:`flashlab.mla` (:class:`flashlab.dataflows.Dataflow`), in order
+MLA_DATAFLOWS = DATAFLOWS
 
 
 def mla_dataflow_ideas(dataflow: str) -> tuple[bool, bool]:
-    """``(pad_v, split)`` of an MLA dataflow: V padded to $D = D_n + D_r$ (and O, dV sliced
-    back); RoPE handed to the kernel as its own operand pair (no expand, no concat).
+    """``(pad_v, split_rope)`` of an MLA dataflow (:class:`~flashlab.dataflows.Dataflow`).
 
     >>> [mla_dataflow_ideas(f) for f in MLA_DATAFLOWS]
     [(True, False), (False, False), (True, True), (False, True)]
     """
-    return dataflow in ("baseline", "split_rope"), dataflow in ("split_rope", "rect")
-
-#: bytes per LSE element (the kernels keep it in float32 whatever the inputs' dtype)
-LSE_BYTES = 4
+    f = Dataflow(dataflow)
+    return f.pad_v, f.split_rope
 
 
-class StepCost(NamedTuple):
-    """Cost of one step of an MLA dataflow (the fields of :class:`flashlab.mla.Step`)."""
+def accumulator_bytes(elem: int) -> int:
+    """Bytes per element of what the kernels compute in: 8 for float64 inputs, else 4 (float32).
 
-    name: str
-    flops: int
-    bytes_read: int
-    bytes_written: int
-    allocated: int
-    workspace: int = 0
+    The LSE and the backward's partial sums are kept in it (:func:`flashlab.api.compute_dtype`).
+    """
+    return 8 if elem == 8 else 4
+
+
+
+#: one step's cost: the MLA dataflows' single step type (:class:`flashlab.dataflows.Step`)
+StepCost = Step
 
 
 def attended_pairs(seq_q: int, seq_k: int, causal: bool = False) -> int:
@@ -232,9 +229,15 @@ def attended_pairs(seq_q: int, seq_k: int, causal: bool = False) -> int:
     return n * (n + 1) // 2 + (seq_q - n) * seq_k
 
 
-def _check_mla_sizes(dataflow: str, **sizes) -> None:
+def check_dataflow(dataflow) -> Dataflow:
+    """``dataflow`` as a :class:`~flashlab.dataflows.Dataflow` (``ValueError`` naming the four)."""
     if dataflow not in MLA_DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {MLA_DATAFLOWS}; got {dataflow!r}")
+        raise ValueError(f"dataflow must be one of {tuple(map(str, MLA_DATAFLOWS))}; got {dataflow!r}")
+    return Dataflow(dataflow)
+
+
+def _check_mla_sizes(dataflow: str, **sizes) -> None:
+    check_dataflow(dataflow)
     for name, x in sizes.items():
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be an int >= 1; got {x!r}")
@@ -252,7 +255,7 @@ def _attention_dims(dataflow: str, d_nope: int, d_rope: int, d_v: int) -> tuple[
 
 def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
                       dataflow: str = "rect", causal: bool = False, elem: int = 2,
-                      seq_k: int | None = None) -> list[StepCost]:
+                      seq_k: int | None = None) -> list[Step]:
     """Closed-form cost of each forward step of ``dataflow`` (see :mod:`flashlab.mla`).
 
     ``seq`` is the query length, ``seq_k`` the key length (default ``seq``). Returns the
@@ -266,23 +269,23 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
     pairs = batch * heads * attended_pairs(seq, sk, causal)
     d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
     pad_v, split = mla_dataflow_ideas(dataflow)
-    lse = LSE_BYTES * nq
+    lse = accumulator_bytes(elem) * nq
     steps = []
 
-    def step(name: str, flops: int, read: int, written: int) -> None:
+    def step(name: StepName, flops: int, read: int, written: int) -> None:
         # every step allocates what it writes
-        steps.append(StepCost(name, flops, read, written, written))
+        steps.append(Step(name, flops, read, written, written))
 
     if not split:
         # read k_rope (B, 1, Sk, Dr); write it per head (B, H, Sk, Dr)
-        step("expand k_rope", 0, elem * nr * d_rope, elem * nk * d_rope)
+        step(StepName.EXPAND_K_ROPE, 0, elem * nr * d_rope, elem * nk * d_rope)
         # read q_nope, q_rope; write Q = [q_nope, q_rope] (B, H, Sq, D)
-        step("concat Q", 0, elem * nq * (d_nope + d_rope), elem * nq * d)
+        step(StepName.CONCAT_Q, 0, elem * nq * (d_nope + d_rope), elem * nq * d)
         # read k_nope and the expanded k_rope; write K (B, H, Sk, D)
-        step("concat K", 0, elem * nk * (d_nope + d_rope), elem * nk * d)
+        step(StepName.CONCAT_K, 0, elem * nk * (d_nope + d_rope), elem * nk * d)
     if pad_v:
         # read V (B, H, Sk, Dv); write it zero-padded to (B, H, Sk, D)
-        step("pad V", 0, elem * nk * d_v, elem * nk * d)
+        step(StepName.PAD_V, 0, elem * nk * d_v, elem * nk * d)
     # FLOPs: S = Q K^T: 2 P D ; O = P V: 2 P Dv_att
     flops = 2 * pairs * d_qk_att + 2 * pairs * d_v_att
     if split:
@@ -291,10 +294,10 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
     else:
         read = elem * (nq * d + nk * d + nk * d_v_att)
     # write O (B, H, Sq, Dv_att) and the LSE
-    step("flash attention", flops, read, elem * nq * d_v_att + lse)
+    step(StepName.ATTENTION, flops, read, elem * nq * d_v_att + lse)
     if pad_v:
         # read the first Dv columns of O; write them as (B, H, Sq, Dv)
-        step("slice O", 0, elem * nq * d_v, elem * nq * d_v)
+        step(StepName.SLICE_O, 0, elem * nq * d_v, elem * nq * d_v)
     return steps
 
 
@@ -314,7 +317,7 @@ def backward_partials_elements(batch: int, heads: int, seq_q: int, seq_k: int,
 
 def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
                        dataflow: str = "rect", causal: bool = False, elem: int = 2,
-                       seq_k: int | None = None, block_q: int = 64) -> list[StepCost]:
+                       seq_k: int | None = None, block_q: int = 64) -> list[Step]:
     """Closed-form cost of each backward step of ``dataflow``: the forward's steps reversed.
 
     ``block_q`` only sets the backward kernel's workspace (its query chunks per head). The
@@ -328,16 +331,16 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
     pairs = batch * heads * attended_pairs(seq, sk, causal)
     d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
     pad_v, split = mla_dataflow_ideas(dataflow)
-    lse = LSE_BYTES * nq
-    acc_elem = 8 if elem == 8 else 4
+    lse = accumulator_bytes(elem) * nq
+    acc_elem = accumulator_bytes(elem)
     steps = []
 
-    def step(name: str, flops: int, read: int, written: int, workspace: int = 0) -> None:
-        steps.append(StepCost(name, flops, read, written, written, workspace))
+    def step(name: StepName, flops: int, read: int, written: int, workspace: int = 0) -> None:
+        steps.append(Step(name, flops, read, written, written, workspace))
 
     if pad_v:
         # the gradient of "slice O" is a pad: read dO (B, H, Sq, Dv), write it padded to D
-        step("pad dO", 0, elem * nq * d_v, elem * nq * d)
+        step(StepName.PAD_DO, 0, elem * nq * d_v, elem * nq * d)
     # FLOPs of the 5 products: S = Q K^T, dQ = dS K, dK = dS^T Q (QK dim); dV = P^T dO,
     # dP = dO V^T (V dim)
     flops = 2 * pairs * (3 * d_qk_att + 2 * d_v_att)
@@ -355,30 +358,29 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
         written = elem * (nq * d + nk * d + nk * d_v_att)
         grads = [(heads, d), (heads, d_v_att)]
     workspace = acc_elem * backward_partials_elements(batch, heads, seq, sk, grads, block_q)
-    step("flash attention backward", flops, read, written, workspace)
+    step(StepName.ATTENTION_BACKWARD, flops, read, written, workspace)
     if not split:
         # the gradient of "concat Q": read dQ (D), write dq_nope and dq_rope
-        step("split dQ", 0, elem * nq * d, elem * nq * (d_nope + d_rope))
+        step(StepName.SPLIT_DQ, 0, elem * nq * d, elem * nq * (d_nope + d_rope))
         # the gradient of "concat K": read dK (D), write dk_nope and the per-head dk_rope
-        step("split dK", 0, elem * nk * d, elem * nk * (d_nope + d_rope))
+        step(StepName.SPLIT_DK, 0, elem * nk * d, elem * nk * (d_nope + d_rope))
         # the gradient of "expand k_rope": add the H per-head gradients, (H - 1) adds each
-        step("sum dk_rope over heads", (nk - nr) * d_rope, elem * nk * d_rope, elem * nr * d_rope)
+        step(StepName.SUM_DK_ROPE, (nk - nr) * d_rope, elem * nk * d_rope, elem * nr * d_rope)
     if pad_v:
         # the gradient of "pad V" is a slice: read the first Dv columns of dV, write them
-        step("slice dV", 0, elem * nk * d_v, elem * nk * d_v)
+        step(StepName.SLICE_DV, 0, elem * nk * d_v, elem * nk * d_v)
     return steps
 
 
-def total_cost(steps: list) -> StepCost:
-    """Sum of the steps' FLOPs, bytes, allocations and workspaces, named ``"total"``."""
-    return StepCost("total", *(sum(getattr(s, f) for s in steps) for f in StepCost._fields[1:]))
+#: the steps summed into one named ``"total"`` (:func:`flashlab.dataflows.total`)
+total_cost = total
 
 
 #: the two RECT-FA ideas and both together, each as (dataflow before, dataflow after)
 MLA_IDEAS = {
-    "native V (no pad, no slice)": ("baseline", "native_v"),
-    "split RoPE (no expand, no concat)": ("native_v", "rect"),
-    "RECT-FA (both)": ("baseline", "rect"),
+    "native V (no pad, no slice)": (Dataflow.BASELINE, Dataflow.NATIVE_V),
+    "split RoPE (no expand, no concat)": (Dataflow.NATIVE_V, Dataflow.RECT),
+    "RECT-FA (both)": (Dataflow.BASELINE, Dataflow.RECT),
 }
 
 

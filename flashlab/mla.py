@@ -32,7 +32,7 @@ The backward runs each dataflow's steps in reverse: the gradient of a slice is a
 pad a slice, of a concat a split, of an expand a sum over heads.
 
 **The ledger.** Each step runs as a separate operator that allocates its outputs, and
-records a :class:`Step`: FLOPs, bytes read and written (each input array read once and each
+records a :class:`~flashlab.dataflows.Step`: FLOPs, bytes read and written (each input array read once and each
 output written once, measured with ``nbytes`` of the arrays it really touched), bytes it
 allocated and the scratch it freed again. :mod:`flashlab.cost` has the same numbers in
 closed form (:func:`flashlab.cost.mla_forward_steps`); the tests check that they agree, and
@@ -44,41 +44,21 @@ allocations the ledger would not see).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from flashlab import api
-from flashlab.cost import MLA_DATAFLOWS, backward_partials_elements, mla_dataflow_ideas
+from flashlab.cost import backward_partials_elements, check_dataflow
+from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.masks import band_from
 
-#: the dataflows, as named in :data:`flashlab.cost.MLA_DATAFLOWS`
-DATAFLOWS = MLA_DATAFLOWS
+__all__ = ["DATAFLOWS", "Step", "MLAForward", "mla_forward", "mla_backward", "ledger_total",
+           "ledger_peak", "format_ledger", "expand_heads", "concat_last", "pad_last", "slice_last",
+           "split_last", "sum_heads", "attention", "attention_backward"]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One step of a dataflow (one operator).
-
-    ``bytes_read``/``bytes_written``: the ``nbytes`` of the arrays it reads / writes;
-    ``allocated``: bytes of the arrays it creates (every step writes into new arrays, so this
-    equals ``bytes_written``); ``workspace``: scratch it allocates and frees (the backward
-    kernel's partial sums); ``reads``/``writes``: ``{name: shape}`` of those arrays;
-    ``matmuls``: ``{product: FLOPs}`` of the attention steps.
-    """
-
-    name: str
-    flops: int
-    bytes_read: int
-    bytes_written: int
-    allocated: int
-    workspace: int = 0
-    reads: dict = field(default_factory=dict)
-    writes: dict = field(default_factory=dict)
-    matmuls: dict = field(default_factory=dict)
-
-
-def _record(ledger: list[Step], name: str, reads: dict[str, np.ndarray],
+def _record(ledger: list[Step], name: StepName, reads: dict[str, np.ndarray],
             writes: dict[str, np.ndarray], *, matmuls: dict | None = None, flops: int = 0,
             workspace: int = 0) -> None:
     """Append the :class:`Step` of arrays ``reads`` -> ``writes`` to ``ledger``."""
@@ -90,15 +70,8 @@ def _record(ledger: list[Step], name: str, reads: dict[str, np.ndarray],
                        {k: x.shape for k, x in writes.items()}, matmuls))
 
 
-def ledger_total(ledger: list[Step]) -> Step:
-    """The steps summed into one :class:`Step` named ``"total"`` (``matmuls`` summed by product)."""
-    matmuls: dict[str, int] = {}
-    for s in ledger:
-        for k, f in s.matmuls.items():
-            matmuls[k] = matmuls.get(k, 0) + f
-    return Step("total", *(sum(getattr(s, f) for s in ledger) for f in
-                           ("flops", "bytes_read", "bytes_written", "allocated", "workspace")),
-                matmuls=matmuls)
+#: the steps summed into one :class:`Step` named ``"total"`` (:func:`flashlab.dataflows.total`)
+ledger_total = total
 
 
 def ledger_peak(ledger: list[Step]) -> int:
@@ -121,7 +94,7 @@ def format_ledger(ledger: list[Step], *, unit: int = 2 ** 20, unit_name: str = "
             f"{'workspace':>11}   ({unit_name})")
     rows = [head, "-" * len(head)]
     for s in list(ledger) + [ledger_total(ledger)]:
-        if s.name == "total":
+        if s.name == StepName.TOTAL:
             rows.append("-" * len(head))
         rows.append(f"{s.name:<26}{s.flops / 1e6:>10.2f}{s.bytes_read / unit:>10.3f}"
                     f"{s.bytes_written / unit:>10.3f}{s.allocated / unit:>11.3f}"
@@ -136,18 +109,18 @@ def expand_heads(ledger: list[Step], k_rope: np.ndarray, heads: int) -> np.ndarr
     out = np.empty((B, heads, Sk, Dr), dtype=k_rope.dtype)
     # k_rope_h[:, h] = k_rope[:, h // (H / Hr)]   (Hr = 1: the same row copied to every head)
     out.reshape(B, Hr, heads // Hr, Sk, Dr)[...] = k_rope[:, :, None]
-    _record(ledger, "expand k_rope", {"k_rope": k_rope}, {"k_rope per head": out})
+    _record(ledger, StepName.EXPAND_K_ROPE, {"k_rope": k_rope}, {"k_rope per head": out})
     return out
 
 
-def concat_last(ledger: list[Step], name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def concat_last(ledger: list[Step], name: StepName, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``concat``: [a, b] along the head dim, (.., Da) and (.., Db) -> (.., Da + Db)."""
     out = np.concatenate([a, b], axis=-1)
     _record(ledger, name, {"nope": a, "rope": b}, {"concatenated": out})
     return out
 
 
-def pad_last(ledger: list[Step], name: str, x: np.ndarray, dim: int) -> np.ndarray:
+def pad_last(ledger: list[Step], name: StepName, x: np.ndarray, dim: int) -> np.ndarray:
     """``pad``: (.., d) -> (.., dim) with zeros in the columns d..dim-1."""
     out = np.zeros(x.shape[:-1] + (dim,), dtype=x.dtype)
     out[..., :x.shape[-1]] = x
@@ -155,7 +128,7 @@ def pad_last(ledger: list[Step], name: str, x: np.ndarray, dim: int) -> np.ndarr
     return out
 
 
-def slice_last(ledger: list[Step], name: str, x: np.ndarray, dim: int) -> np.ndarray:
+def slice_last(ledger: list[Step], name: StepName, x: np.ndarray, dim: int) -> np.ndarray:
     """``slice``: a new array of the first ``dim`` columns of x (only those are read)."""
     part = x[..., :dim]
     out = part.copy()
@@ -163,7 +136,7 @@ def slice_last(ledger: list[Step], name: str, x: np.ndarray, dim: int) -> np.nda
     return out
 
 
-def split_last(ledger: list[Step], name: str, x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def split_last(ledger: list[Step], name: StepName, x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """``split`` (the gradient of concat): (.., D) -> new arrays (.., dim) and (.., D - dim)."""
     a, b = x[..., :dim].copy(), x[..., dim:].copy()
     _record(ledger, name, {"x": x}, {"nope": a, "rope": b})
@@ -175,7 +148,7 @@ def sum_heads(ledger: list[Step], x: np.ndarray, groups: int) -> np.ndarray:
     B, H, Sk, Dr = x.shape
     # dk_rope[:, g] = sum over the heads h of group g of dk_rope_h[:, h]
     out = x.reshape(B, groups, H // groups, Sk, Dr).sum(axis=2)
-    _record(ledger, "sum dk_rope over heads", {"dk_rope per head": x}, {"dk_rope": out},
+    _record(ledger, StepName.SUM_DK_ROPE, {"dk_rope per head": x}, {"dk_rope": out},
             flops=x.size - out.size)
     return out
 
@@ -204,7 +177,7 @@ def attention(ledger: list[Step], q, k, v, q_rope, k_rope, opts: dict) -> tuple[
     # S = Q K^T (+ Q_rope K_rope^T, into the same tile): 2 FLOPs per multiply-add
     # O = P V
     matmuls = {"S = QK^T": 2 * pairs * d_qk, "O = PV": 2 * pairs * v.shape[-1]}
-    _record(ledger, "flash attention", reads, {"o": o, "lse": lse}, matmuls=matmuls)
+    _record(ledger, StepName.ATTENTION, reads, {"o": o, "lse": lse}, matmuls=matmuls)
     return o, lse
 
 
@@ -239,7 +212,7 @@ def attention_backward(ledger: list[Step], do, saved: dict, opts: dict) -> tuple
         "dQ = dS K": 2 * pairs * d_qk,   # scale dS [K, K_rope]
         "dK = dS^T Q": 2 * pairs * d_qk,  # scale dS^T [Q, Q_rope]
     }
-    _record(ledger, "flash attention backward", reads, dict(zip(names, grads)), matmuls=matmuls,
+    _record(ledger, StepName.ATTENTION_BACKWARD, reads, dict(zip(names, grads)), matmuls=matmuls,
             workspace=_workspace_bytes(q, k, v, q_rope, k_rope, opts["block_q"]))
     return grads
 
@@ -258,16 +231,15 @@ class MLAForward:
     o: np.ndarray
     lse: np.ndarray
     ledger: list[Step]
-    dataflow: str
+    dataflow: Dataflow
     saved: dict[str, np.ndarray]
     dims: tuple[int, int, int, int]
     options: dict
 
 
 def _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow) -> tuple[int, ...]:
-    """Check the five operands; return ``(B, H, Sq, Sk, Dn, Dr, Dv, Hr)``."""
-    if dataflow not in DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {DATAFLOWS}; got {dataflow!r}")
+    """Check the five operands; return ``(B, H, Sq, Sk, Dn, Dr, Dv, Hr, dataflow)``."""
+    dataflow = check_dataflow(dataflow)
     shapes = {"q_nope": "(B, H, Sq, Dn)", "k_nope": "(B, H, Sk, Dn)", "v": "(B, H, Sk, Dv)",
               "q_rope": "(B, H, Sq, Dr)", "k_rope": "(B, Hr, Sk, Dr)"}
     arrays = dict(zip(shapes, (q_nope, k_nope, v, q_rope, k_rope)))
@@ -293,13 +265,13 @@ def _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow) -> tuple[int, .
     if H % Hr != 0:
         raise ValueError(f"q_nope's heads H={H} must be a multiple of k_rope's heads Hr={Hr} "
                          f"(MLA: Hr = 1, one k_rope shared by all heads)")
-    if mla_dataflow_ideas(dataflow)[0] and Dv > Dn + Dr:
+    if dataflow.pad_v and Dv > Dn + Dr:
         raise ValueError(f"the {dataflow} dataflow pads V to Dn + Dr = {Dn + Dr}, so V's dim must "
                          f"not exceed it; got Dv={Dv}")
-    return B, H, Sq, Sk, Dn, Dr, Dv, Hr
+    return B, H, Sq, Sk, Dn, Dr, Dv, Hr, dataflow
 
 
-def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = "rect", scale=None,
+def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = Dataflow.RECT, scale=None,
                 causal: bool = False, block_q: int = 64, block_k: int = 64) -> MLAForward:
     """The MLA attention forward in ``dataflow`` ``"baseline"``, ``"native_v"``, ``"split_rope"``
     or ``"rect"``.
@@ -317,25 +289,26 @@ def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = "rect", sc
     :class:`MLAForward` with ``o`` (B, H, Sq, Dv), ``lse`` and the ``ledger``. The four
     dataflows compute the same ``o`` up to rounding.
     """
-    B, H, Sq, Sk, Dn, Dr, Dv, Hr = _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow)
+    B, H, Sq, Sk, Dn, Dr, Dv, Hr, dataflow = _check_operands(q_nope, k_nope, v, q_rope, k_rope,
+                                                             dataflow)
     opts = dict(scale=1.0 / math.sqrt(Dn + Dr) if scale is None else scale, causal=causal,
                 block_q=block_q, block_k=block_k)
     ledger: list[Step] = []
-    pad_v, split = mla_dataflow_ideas(dataflow)
+    pad_v, split = dataflow.pad_v, dataflow.split_rope
     if split:
         # S = scale (Q_nope K_nope^T + Q_rope K_rope^T): the kernel takes the rope pair itself
         q, k, q_r, k_r = q_nope, k_nope, q_rope, k_rope
     else:
         # one Q and one K of head dim D = Dn + Dr: the shared k_rope is first copied to every head
         k_rope_h = expand_heads(ledger, k_rope, H)
-        q = concat_last(ledger, "concat Q", q_nope, q_rope)
-        k = concat_last(ledger, "concat K", k_nope, k_rope_h)
+        q = concat_last(ledger, StepName.CONCAT_Q, q_nope, q_rope)
+        k = concat_last(ledger, StepName.CONCAT_K, k_nope, k_rope_h)
         q_r = k_r = None
     # baseline, split_rope: V padded with zeros to D, so that Dq = Dk = Dv
-    v_att = pad_last(ledger, "pad V", v, Dn + Dr) if pad_v else v
+    v_att = pad_last(ledger, StepName.PAD_V, v, Dn + Dr) if pad_v else v
     o_att, lse = attention(ledger, q, k, v_att, q_r, k_r, opts)
     # O = P [V, 0] = [P V, 0]: keep the first Dv columns
-    o = slice_last(ledger, "slice O", o_att, Dv) if pad_v else o_att
+    o = slice_last(ledger, StepName.SLICE_O, o_att, Dv) if pad_v else o_att
     saved = dict(q=q, k=k, v=v_att, o=o_att, lse=lse)
     if split:
         saved.update(q_rope=q_rope, k_rope=k_rope)
@@ -366,9 +339,9 @@ def mla_backward(do, fwd: MLAForward) -> tuple[tuple[np.ndarray, ...], list[Step
         raise TypeError(f"do must have the output's dtype {fwd.o.dtype}; got {do.dtype}")
     Dn, Dr, Dv, Hr = fwd.dims
     ledger: list[Step] = []
-    pad_v, split = mla_dataflow_ideas(fwd.dataflow)
+    pad_v, split = fwd.dataflow.pad_v, fwd.dataflow.split_rope
     # O = slice(O_att), so dO_att = pad(dO) (zeros in the padded columns)
-    do_att = pad_last(ledger, "pad dO", do, Dn + Dr) if pad_v else do
+    do_att = pad_last(ledger, StepName.PAD_DO, do, Dn + Dr) if pad_v else do
     grads = attention_backward(ledger, do_att, fwd.saved, fwd.options)
     if split:
         # dq_rope = scale dS K_rope, dk_rope = scale dS^T Q_rope (summed over heads inside the kernel)
@@ -376,10 +349,10 @@ def mla_backward(do, fwd: MLAForward) -> tuple[tuple[np.ndarray, ...], list[Step
     else:
         dq, dk, dv_att = grads
         # Q = [q_nope, q_rope], K = [k_nope, k_rope_h]: split the gradients back
-        dq_nope, dq_rope = split_last(ledger, "split dQ", dq, Dn)
-        dk_nope, dk_rope_h = split_last(ledger, "split dK", dk, Dn)
+        dq_nope, dq_rope = split_last(ledger, StepName.SPLIT_DQ, dq, Dn)
+        dk_nope, dk_rope_h = split_last(ledger, StepName.SPLIT_DK, dk, Dn)
         # k_rope_h[:, h] = k_rope[:, h // (H / Hr)]: its gradient adds up the heads
         dk_rope = sum_heads(ledger, dk_rope_h, Hr)
     # V_att = pad(V): dV = the first Dv columns of dV_att
-    dv = slice_last(ledger, "slice dV", dv_att, Dv) if pad_v else dv_att
+    dv = slice_last(ledger, StepName.SLICE_DV, dv_att, Dv) if pad_v else dv_att
     return (dq_nope, dk_nope, dv, dq_rope, dk_rope), ledger

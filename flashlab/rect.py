@@ -52,6 +52,10 @@ $\beta / c$ (``kv_source="hbm"``) or from the L2 cache (``"l2"``); the separate 
 run at the full HBM bandwidth with no launch overhead; nothing overlaps the separate
 operators with the kernel. The backward (:func:`compose_backward`) has no pipeline model:
 its kernel is timed with the roofline, $\max(F/\pi, Q/\beta)$.
+
+This module sits above :mod:`flashlab.pipeline` because the forward kernel's time *is* the
+pipeline simulation of one AI Core (:func:`qblock_model`); the operator costs it adds come
+from :mod:`flashlab.cost` and the operator names from :mod:`flashlab.dataflows`.
 """
 from __future__ import annotations
 
@@ -61,32 +65,23 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flashlab import cost
-from flashlab.pipeline.hardware import HardwareProfile, with_hbm_bandwidth
+from flashlab import cost, dataflows
+from flashlab.dataflows import KERNEL_STEPS, Dataflow, Idea, Step
+from flashlab.pipeline.params import HardwareProfile
+from flashlab.pipeline.profiles import ASCEND_910B_CORES
+from flashlab.pipeline.roofline import with_hbm_bandwidth
 from flashlab.pipeline.schedule import simulate_fa
 from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
                            DEEPSEEK_V3_V_DIM)
 
-#: the three RECT-FA ideas, in the article's order
-IDEAS = ("native_v", "split_rope", "ping_pong")
+#: the three RECT-FA ideas, in the article's order (:class:`flashlab.dataflows.Idea`)
+IDEAS = dataflows.IDEAS
 
 #: short names of the ideas for tables and legends
-IDEA_LABELS = {"native_v": "native V", "split_rope": "split RoPE", "ping_pong": "ping-pong"}
+IDEA_LABELS = {idea: idea.label for idea in IDEAS}
 
-#: the separate operators each idea removes (the names of :func:`flashlab.cost.mla_forward_steps`
-#: and :func:`flashlab.cost.mla_backward_steps`)
-REMOVES = {
-    "native_v": ("pad V", "slice O", "pad dO", "slice dV"),
-    "split_rope": ("expand k_rope", "concat Q", "concat K", "split dQ", "split dK",
-                   "sum dk_rope over heads"),
-    "ping_pong": (),
-}
-
-#: the number of AI Cores (cube cores) of an Ascend 910B, which is the chip's peak over one
-#: core's (``ASCEND_910B.peak_flops / ASCEND_910B_AI_CORE.peak_flops``)
-ASCEND_910B_CORES = 24
-
-_KERNEL_STEPS = ("flash attention", "flash attention backward")
+#: the separate operators each idea removes (:data:`flashlab.dataflows.REMOVES`)
+REMOVES = dataflows.REMOVES
 
 
 @dataclass(frozen=True)
@@ -167,14 +162,15 @@ class MLAProblem:
 
 def check_ideas(ideas: Iterable[str]) -> frozenset[str]:
     """``ideas`` as a frozenset, each one of :data:`IDEAS` (``ValueError`` naming any other)."""
+    names = tuple(map(str, IDEAS))
     if isinstance(ideas, str):
-        raise TypeError(f"ideas must be an iterable of names from {IDEAS}, not one string; "
+        raise TypeError(f"ideas must be an iterable of names from {names}, not one string; "
                         f"got {ideas!r} (write ({ideas!r},))")
     out = frozenset(ideas)
-    unknown = sorted(out - set(IDEAS))
+    unknown = sorted(map(str, out - set(IDEAS)))
     if unknown:
-        raise ValueError(f"ideas must be names from {IDEAS}; got {unknown}")
-    return out
+        raise ValueError(f"ideas must be names from {names}; got {unknown}")
+    return frozenset(dataflows.Idea(i) for i in out)
 
 
 def label(ideas: Iterable[str]) -> str:
@@ -192,14 +188,11 @@ def all_combinations() -> list[frozenset[str]]:
     return [frozenset(c) for r in range(len(IDEAS) + 1) for c in itertools.combinations(IDEAS, r)]
 
 
-def dataflow_of(ideas: Iterable[str]) -> str:
-    """The :data:`flashlab.cost.MLA_DATAFLOWS` name (and :mod:`flashlab.mla` dataflow) of the
-    operators these ideas leave: ``"baseline"``, ``"native_v"``, ``"split_rope"`` or ``"rect"``
-    (``"ping_pong"`` changes the schedule inside the kernel, not the operators)."""
-    s = check_ideas(ideas)
-    # the inverse of cost.mla_dataflow_ideas: native_v drops the pad of V, split_rope splits RoPE
-    ideas_of_flow = ("native_v" not in s, "split_rope" in s)
-    return next(f for f in cost.MLA_DATAFLOWS if cost.mla_dataflow_ideas(f) == ideas_of_flow)
+def dataflow_of(ideas: Iterable[str]) -> Dataflow:
+    """The :class:`~flashlab.dataflows.Dataflow` of the operators these ideas leave:
+    ``"baseline"``, ``"native_v"``, ``"split_rope"`` or ``"rect"`` (``"ping_pong"`` changes the
+    schedule inside the kernel, not the operators)."""
+    return dataflows.dataflow_of(check_ideas(ideas))
 
 
 def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:
@@ -207,25 +200,25 @@ def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:
     ``strategy`` (``"ping_pong"`` or the Matmul API's ``"iterate_all"``), ``pad_v`` (V padded
     to $D$ unless ``"native_v"``), ``split_rope`` ($D_r$ with ``"split_rope"``, else 0)."""
     s = check_ideas(ideas)
-    return dict(strategy="ping_pong" if "ping_pong" in s else "iterate_all",
-                pad_v="native_v" not in s,
-                split_rope=problem.d_rope if "split_rope" in s else 0)
+    return dict(strategy="ping_pong" if Idea.PING_PONG in s else "iterate_all",
+                pad_v=Idea.NATIVE_V not in s,
+                split_rope=problem.d_rope if Idea.SPLIT_ROPE in s else 0)
 
 
 def separate_steps(problem: MLAProblem, ideas: Iterable[str], *, backward: bool = False
-                   ) -> list[cost.StepCost]:
+                   ) -> list[Step]:
     """The separate operators around the FA kernel that remain with these ideas, with their
-    bytes (:class:`flashlab.cost.StepCost`): the baseline's pad, slice, expand and concat (or
+    bytes (:class:`flashlab.dataflows.Step`): the baseline's pad, slice, expand and concat (or
     their gradients, with ``backward=True``) minus those :data:`REMOVES` names for each idea."""
     s = check_ideas(ideas)
     args, kw = problem.cost_args()
-    steps = (cost.mla_backward_steps(*args, dataflow="baseline", block_q=problem.block_q, **kw)
-             if backward else cost.mla_forward_steps(*args, dataflow="baseline", **kw))
+    steps = (cost.mla_backward_steps(*args, dataflow=Dataflow.BASELINE, block_q=problem.block_q, **kw)
+             if backward else cost.mla_forward_steps(*args, dataflow=Dataflow.BASELINE, **kw))
     removed = {name for idea in s for name in REMOVES[idea]}
-    return [st for st in steps if st.name not in _KERNEL_STEPS and st.name not in removed]
+    return [st for st in steps if st.name not in KERNEL_STEPS and st.name not in removed]
 
 
-def op_seconds(step: cost.StepCost, bandwidth: float) -> float:
+def op_seconds(step: Step, bandwidth: float) -> float:
     """Seconds of a separate operator that only moves data: (read + written) / ``bandwidth``."""
     if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or bandwidth <= 0:
         raise ValueError(f"bandwidth must be a positive number of byte/s; got {bandwidth!r}")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import cost, rect
+from flashlab.dataflows import KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 #: where the committed benchmark runs live in the book's repository
@@ -185,10 +186,6 @@ def _attention_case(run: dict, impl: str, direction: str, n: int, d: int = 128) 
     return None
 
 
-PAD_SLICE = {"pad V", "slice O", "pad dO", "slice dV"}
-ATTENTION = {"flash attention", "flash attention backward"}
-
-
 @functools.lru_cache(maxsize=4)
 def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = None,
                  problem: rect.MLAProblem = rect.MLAProblem()) -> tuple[VendorRow, ...]:
@@ -212,8 +209,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
     fwd = {f: cost.mla_forward_steps(*args, dataflow=f, **kw) for f in cost.MLA_DATAFLOWS}
     bwd = {f: cost.mla_backward_steps(*args, dataflow=f, block_q=problem.block_q, **kw)
            for f in cost.MLA_DATAFLOWS}
-    kernel_flops = {f: (next(s.flops for s in fwd[f] if s.name == "flash attention"),
-                        next(s.flops for s in bwd[f] if s.name == "flash attention backward"))
+    kernel_flops = {f: (next(s.flops for s in fwd[f] if s.name == StepName.ATTENTION),
+                        next(s.flops for s in bwd[f] if s.name == StepName.ATTENTION_BACKWARD))
                     for f in cost.MLA_DATAFLOWS}
     all_ideas = frozenset(rect.IDEAS)
     kv_sources = ("hbm", "l2")
@@ -231,8 +228,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
 
     s_mla = max(r["n"] for r in mla_run["cases"] if r["section"] == "mla")
     mla_cpu = {(f, d): _mla_case(mla_run, f"mla:{f}", d, s_mla)
-               for f in ("baseline", "native_v", "rect") for d in ("forward", "backward")}
-    h_mla = mla_cpu["baseline", "forward"]["heads"]
+               for f in (Dataflow.BASELINE, Dataflow.NATIVE_V, Dataflow.RECT) for d in ("forward", "backward")}
+    h_mla = mla_cpu[Dataflow.BASELINE, "forward"]["heads"]
     cpu_note = f"S = {s_mla}, H = {h_mla}, float32, non-causal, 2 threads; medians"
     shape = f"B = {problem.batch}, H = {problem.heads}, S = {problem.seq}, causal, bf16"
     rows = []
@@ -242,16 +239,16 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
                                    ("fa_backward", 1, 1.20, "native V: FA backward **+20 %**")):
         direction = ("forward", "backward")[d]
         steps = (fwd, bwd)[d]
-        flop = kernel_flops["baseline"][d] / kernel_flops["native_v"][d]
-        alone = (_npu_seconds(steps["baseline"], ATTENTION) / _npu_seconds(steps["native_v"], ATTENTION))
-        with_ps = (_npu_seconds(steps["baseline"], ATTENTION | PAD_SLICE)
-                   / _npu_seconds(steps["native_v"], ATTENTION))
-        cpu = mla_cpu["baseline", direction]["seconds"] / mla_cpu["native_v", direction]["seconds"]
+        flop = kernel_flops[Dataflow.BASELINE][d] / kernel_flops[Dataflow.NATIVE_V][d]
+        alone = (_npu_seconds(steps[Dataflow.BASELINE], KERNEL_STEPS) / _npu_seconds(steps[Dataflow.NATIVE_V], KERNEL_STEPS))
+        with_ps = (_npu_seconds(steps[Dataflow.BASELINE], KERNEL_STEPS | PAD_SLICE_STEPS)
+                   / _npu_seconds(steps[Dataflow.NATIVE_V], KERNEL_STEPS))
+        cpu = mla_cpu[Dataflow.BASELINE, direction]["seconds"] / mla_cpu[Dataflow.NATIVE_V, direction]["seconds"]
         est = {"cost": _single(flop, "{:.3f}", "attention kernel FLOPs, padded / native"),
                "roofline": Estimate(min(alone, with_ps), max(alone, with_ps),
                                     f"{alone:.2f} (kernel) – {with_ps:.2f} (+ pad, slice)",
                                     f"time padded / native, {shape}"),
-               "pipeline": (_span(pipe("native_v", "kernel"), "{:.2f}",
+               "pipeline": (_span(pipe(Idea.NATIVE_V, "kernel"), "{:.2f}",
                                   "FA kernel time, alone or last, K/V from HBM or L2")
                             if d == 0 else _none("no backward pipeline model")),
                "cpu": _single(cpu, "{:.2f}", f"whole dataflow baseline / native_v, {cpu_note}")}
@@ -262,14 +259,14 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
             f"the FA {direction} padded / native, as each column says", est))
 
     # --- Concat's share ---------------------------------------------------------------------
-    concat = rect.REMOVES["split_rope"]
-    roof_share = (_npu_seconds(fwd["native_v"], concat) / _npu_seconds(fwd["native_v"]))
+    concat = REMOVES[Idea.SPLIT_ROPE]
+    roof_share = (_npu_seconds(fwd[Dataflow.NATIVE_V], concat) / _npu_seconds(fwd[Dataflow.NATIVE_V]))
     pipe_share = []
     for kv in kv_sources:
-        for ideas in (frozenset(), all_ideas - {"split_rope"}):
+        for ideas in (frozenset(), all_ideas - {Idea.SPLIT_ROPE}):
             r = comp[kv][ideas]
             pipe_share.append(sum(t for n, t in r.ops if n in concat) / r.total)
-    cpu_share = 1 - mla_cpu["rect", "forward"]["seconds"] / mla_cpu["native_v", "forward"]["seconds"]
+    cpu_share = 1 - mla_cpu[Dataflow.RECT, "forward"]["seconds"] / mla_cpu[Dataflow.NATIVE_V, "forward"]["seconds"]
     rows.append(VendorRow(
         "concat_share", "Concat: **13.5 %** of the MLA module's time (0.7 of 5.2 ms; Pangu Ultra MoE-718B)",
         0.7 / 5.2, "share", "ascend2025rectfa",
@@ -283,24 +280,24 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
          "cpu": _single(cpu_share, "{:.1%}", f"1 − rect / native_v forward time, {cpu_note}")}))
 
     # --- in-place accumulation: +20.5 % -----------------------------------------------------
-    roof = _npu_seconds(fwd["native_v"]) / _npu_seconds(fwd["rect"])
-    cpu = mla_cpu["native_v", "forward"]["seconds"] / mla_cpu["rect", "forward"]["seconds"]
+    roof = _npu_seconds(fwd[Dataflow.NATIVE_V]) / _npu_seconds(fwd[Dataflow.RECT])
+    cpu = mla_cpu[Dataflow.NATIVE_V, "forward"]["seconds"] / mla_cpu[Dataflow.RECT, "forward"]["seconds"]
     rows.append(VendorRow(
         "inplace", "in-place accumulation: FA single operator **+20.5 %** (Pangu Ultra MoE-718B, A2)",
         1.205, "speedup", "ascend2025rectfa",
         "针对Pangu Ultra MoE-718B的模型场景,在昇腾A2服务器上FA单算子的性能提升了20.5%",
         "vendor: the FA operator, baseline not stated; ours: expand + Concat + FA against the "
         "split FA (native V on both sides except in the pipeline's 'alone')",
-        {"cost": _single(kernel_flops["native_v"][0] / kernel_flops["rect"][0], "{:.2f}",
+        {"cost": _single(kernel_flops[Dataflow.NATIVE_V][0] / kernel_flops[Dataflow.RECT][0], "{:.2f}",
                          "the split does the same FLOPs"),
          "roofline": _single(roof, "{:.2f}", f"native_v / rect forward, {shape}"),
-         "pipeline": _span(pipe("split_rope", "total"), "{:.2f}",
+         "pipeline": _span(pipe(Idea.SPLIT_ROPE, "total"), "{:.2f}",
                            "forward with its operators, alone or last, K/V from HBM or L2"),
          "cpu": _single(cpu, "{:.2f}", f"native_v / rect forward, {cpu_note}")}))
 
     # --- ping-pong: -8 % --------------------------------------------------------------------
     cuts = [1 - comp[kv][a].kernel / comp[kv][b].kernel for kv in kv_sources
-            for b, a in before_after("ping_pong")]
+            for b, a in before_after(Idea.PING_PONG)]
     rows.append(VendorRow(
         "ping_pong", "own MTE2 + ping-pong: FA time **−8 %** on average (Pangu Ultra MoE-718B)",
         0.08, "cut", "ascend2025rectfa",
@@ -315,20 +312,20 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
     def fb(steps_f, steps_b, names=None):
         return _npu_seconds(steps_f, names) + _npu_seconds(steps_b, names)
 
-    s_flop = sum(kernel_flops["baseline"]) / sum(kernel_flops["native_v"])
-    s_roof = fb(fwd["baseline"], bwd["baseline"]) / fb(fwd["native_v"], bwd["native_v"])
+    s_flop = sum(kernel_flops[Dataflow.BASELINE]) / sum(kernel_flops[Dataflow.NATIVE_V])
+    s_roof = fb(fwd[Dataflow.BASELINE], bwd[Dataflow.BASELINE]) / fb(fwd[Dataflow.NATIVE_V], bwd[Dataflow.NATIVE_V])
     s_pipe = []
     for kv in kv_sources:
-        for b, a in before_after("native_v"):
-            t = {x: comp[kv][x].total + comp_b[x - {"ping_pong"}].total for x in (b, a)}
+        for b, a in before_after(Idea.NATIVE_V):
+            t = {x: comp[kv][x].total + comp_b[x - {Idea.PING_PONG}].total for x in (b, a)}
             s_pipe.append(t[b] / t[a])
     t_cpu = {f: mla_cpu[f, "forward"]["seconds"] + mla_cpu[f, "backward"]["seconds"]
-             for f in ("baseline", "native_v")}
-    s_cpu = t_cpu["baseline"] / t_cpu["native_v"]
+             for f in (Dataflow.BASELINE, Dataflow.NATIVE_V)}
+    s_cpu = t_cpu[Dataflow.BASELINE] / t_cpu[Dataflow.NATIVE_V]
     share = functools.partial(amdahl_share, 0.048)
     # the vendor's own operator figures: forward 1.3x, backward 1.2x, the backward taking the
     # FLOP ratio (cost model) times the forward's time
-    b_over_f = kernel_flops["native_v"][1] / kernel_flops["native_v"][0]
+    b_over_f = kernel_flops[Dataflow.NATIVE_V][1] / kernel_flops[Dataflow.NATIVE_V][0]
     s_vendor = (1.3 + 1.2 * b_over_f) / (1 + b_over_f)
     rows.append(VendorRow(
         "end_to_end", "native V: **+4.8 %** end to end (DeepSeek-V3-671B, A3 server)",
@@ -345,8 +342,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
          "cpu": _single(share(s_cpu), "{:.0%}", f"s = {s_cpu:.3f}, {cpu_note}")}))
 
     # --- about 4 GB of memory -----------------------------------------------------------------
-    saved = sum(s.allocated for s in fwd["baseline"]) - sum(s.allocated for s in fwd["native_v"])
-    measured = mla_cpu["baseline", "forward"]["peak_extra_bytes"] - mla_cpu["native_v", "forward"]["peak_extra_bytes"]
+    saved = sum(s.allocated for s in fwd[Dataflow.BASELINE]) - sum(s.allocated for s in fwd[Dataflow.NATIVE_V])
+    measured = mla_cpu[Dataflow.BASELINE, "forward"]["peak_extra_bytes"] - mla_cpu[Dataflow.NATIVE_V, "forward"]["peak_extra_bytes"]
     # the measured saving scaled to the problem: heads, sequence (linear) and bf16 (half of float32)
     scaled = measured * problem.heads / h_mla * problem.seq / s_mla * problem.elem / 4
     rows.append(VendorRow(
