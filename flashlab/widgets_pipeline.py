@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flashlab.pipeline.hardware import (
-    ASCEND_910B, ASCEND_910B_AI_CORE, HardwareProfile, with_hbm_bandwidth,
+    ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORES, HardwareProfile, with_hbm_bandwidth,
 )
 from flashlab.pipeline.schedule import STRATEGIES, simulate_fa
 from flashlab.pipeline.simulate import SimResult
@@ -53,7 +53,7 @@ BLOCK_K_OPTIONS = (16, 32, 64, 128, 256, 512)
 #: the chip's HBM bandwidth the profile assumes, in TB/s (an assumption, no official figure)
 DEFAULT_HBM_TB_S = ASCEND_910B.hbm_bandwidth.value / 1e12
 #: AI Cores that share the HBM (one L1 per AI Core)
-N_AI_CORES = int(ASCEND_910B.memory("L1").count.value)
+N_AI_CORES = ASCEND_910B_CORES
 
 
 def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,

@@ -1,6 +1,7 @@
 """The pipeline model: the simulator's rules, the FlashAttention task graphs, the core profiles."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -423,11 +424,11 @@ def test_with_core():
 
 def test_core_model_validation():
     with pytest.raises(ValueError, match="exchange"):
-        hw.dataclasses.replace(CORE, exchange="shared")
+        dataclasses.replace(CORE, exchange="shared")
     with pytest.raises(ValueError, match="buffers must map"):
-        hw.dataclasses.replace(CORE, buffers=(("L1", "L1"),))
+        dataclasses.replace(CORE, buffers=(("L1", "L1"),))
     with pytest.raises(ValueError, match="FixPipe"):
-        hw.dataclasses.replace(CORE, acc_out=None)
+        dataclasses.replace(CORE, acc_out=None)
 
 
 def test_bench_simulator_runs():
