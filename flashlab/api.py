@@ -17,7 +17,7 @@ from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.forward import flash_forward_kernel
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import Problem, contiguous, prepare, scores_may_overflow
+from flashlab.validation import Problem, as_bool, contiguous, prepare, scores_may_overflow
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
@@ -341,8 +341,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
                 seed=seed, offset=offset, block_q=block_q, block_k=block_k)
-    if not isinstance(return_dbias, (bool, np.bool_)):
-        raise TypeError(f"return_dbias must be a bool; got {return_dbias!r}")
+    return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
     grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))

@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
+from flashlab.validation import as_int
 
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -145,8 +146,7 @@ def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int
     """
     for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
                     ("block_q", block_q), ("elem", elem)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+        as_int(name, x, lo=1)
     n = seq_q * seq_k
     steps = {
         # Q K^T: 2 n Dqk FLOPs; read Q (Sq x Dqk), K (Sk x Dqk), write S (Sq x Sk)
@@ -239,8 +239,7 @@ def check_dataflow(dataflow) -> Dataflow:
 def _check_mla_sizes(dataflow: str, **sizes) -> None:
     check_dataflow(dataflow)
     for name, x in sizes.items():
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+        as_int(name, x, lo=1)
     if mla_dataflow_ideas(dataflow)[0] and sizes["d_v"] > sizes["d_nope"] + sizes["d_rope"]:
         raise ValueError(f"the {dataflow} dataflow pads V to D = d_nope + d_rope, so d_v must be <= "
                          f"{sizes['d_nope'] + sizes['d_rope']}; got {sizes['d_v']}")

@@ -73,6 +73,7 @@ from flashlab.pipeline.roofline import with_hbm_bandwidth
 from flashlab.pipeline.schedule import simulate_fa
 from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
                            DEEPSEEK_V3_V_DIM)
+from flashlab.validation import as_bool, as_int, as_real
 
 #: the three RECT-FA ideas, in the article's order (:class:`flashlab.dataflows.Idea`)
 IDEAS = dataflows.IDEAS
@@ -131,10 +132,9 @@ class MLAProblem:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "causal":
-                if not isinstance(value, bool):
-                    raise TypeError(f"causal must be a bool; got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{f.name} must be an int >= 1; got {value!r}")
+                as_bool("causal", value)
+            else:
+                as_int(f.name, value, lo=1)
         if self.d_v > self.d_nope + self.d_rope:
             raise ValueError(f"d_v must be <= d_nope + d_rope = {self.d_nope + self.d_rope} "
                              f"(the baseline pads V up to the QK dim); got {self.d_v}")
@@ -220,8 +220,7 @@ def separate_steps(problem: MLAProblem, ideas: Iterable[str], *, backward: bool 
 
 def op_seconds(step: Step, bandwidth: float) -> float:
     """Seconds of a separate operator that only moves data: (read + written) / ``bandwidth``."""
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or bandwidth <= 0:
-        raise ValueError(f"bandwidth must be a positive number of byte/s; got {bandwidth!r}")
+    as_real("bandwidth", bandwidth, lo=0, lo_open=True, what="a positive number of byte/s")
     # t = (Q_read + Q_written) / beta
     return (step.bytes_read + step.bytes_written) / bandwidth
 
@@ -238,8 +237,7 @@ def with_chip_bandwidth(profile: HardwareProfile, bytes_per_s: float,
     ``cores`` AI Cores: the core's HBM share becomes ``bytes_per_s / cores``, and
     :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves its load (MTE2) and store (MTE3)
     engines with it (each marked as an assumption)."""
-    if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) or bytes_per_s <= 0:
-        raise ValueError(f"bytes_per_s must be a positive number of byte/s; got {bytes_per_s!r}")
+    as_real("bytes_per_s", bytes_per_s, lo=0, lo_open=True, what="a positive number of byte/s")
     _check_cores(cores)
     # beta_core = beta_chip / c
     share = bytes_per_s / cores
@@ -248,8 +246,7 @@ def with_chip_bandwidth(profile: HardwareProfile, bytes_per_s: float,
 
 
 def _check_cores(cores) -> None:
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"cores must be an int >= 1; got {cores!r}")
+    as_int("cores", cores, lo=1)
 
 
 @dataclass(frozen=True)

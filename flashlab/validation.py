@@ -93,15 +93,19 @@ def as_int(name: str, x, *, lo: int | None = None, hi: int | None = None,
 
 
 def as_real(name: str, x, *, lo: float | None = None, hi: float | None = None,
-            hi_open: bool = False, what: str = "a real number") -> float:
+            lo_open: bool = False, hi_open: bool = False, what: str = "a real number") -> float:
     """``x`` as a finite Python float (ints and NumPy scalars accepted; bools, str rejected)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be {what}; got {x!r} ({type(x).__name__})")
     x = float(x)
     if not math.isfinite(x):
         raise ValueError(f"{name} must be finite; got {x}")
-    if (lo is not None and x < lo) or (hi is not None and (x >= hi if hi_open else x > hi)):
-        raise ValueError(f"{name} must lie in [{lo}, {hi}{')' if hi_open else ']'}; got {x}")
+    if hi is None and lo is not None and (x <= lo if lo_open else x < lo):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}; got {x}")
+    if hi is not None and ((lo is not None and (x <= lo if lo_open else x < lo))
+                           or (x >= hi if hi_open else x > hi)):
+        raise ValueError(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}"
+                         f"{')' if hi_open else ']'}; got {x}")
     return x
 
 

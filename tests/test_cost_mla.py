@@ -134,14 +134,17 @@ def test_savings_equal_the_ratios_of_measured_ledgers():
             assert factor == pytest.approx(totals[before][q] / totals[after][q], rel=1e-12), (idea, q)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 16, dataflow="fused"), "dataflow must be one of"),
-    (lambda: cost.mla_forward_steps(1, 2, 8.0, 16, 8, 16), "seq must be an int"),
-    (lambda: cost.mla_backward_steps(1, 0, 8, 16, 8, 16), "heads must be an int"),
-    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 32, dataflow="baseline"), "d_v must be <="),
-    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 32, dataflow="split_rope"), "d_v must be <="),
-    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), "block_q must be an int"),
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 16, dataflow="fused"), ValueError,
+     "dataflow must be one of"),
+    (lambda: cost.mla_forward_steps(1, 2, 8.0, 16, 8, 16), TypeError, "seq must be an int"),
+    (lambda: cost.mla_backward_steps(1, 0, 8, 16, 8, 16), ValueError, "heads must be >= 1"),
+    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 32, dataflow="baseline"), ValueError, "d_v must be <="),
+    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 32, dataflow="split_rope"), ValueError,
+     "d_v must be <="),
+    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), ValueError, "block_q must be >= 1"),
 ])
-def test_bad_sizes_raise(call, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_sizes_raise(call, error, match):
+    """TypeError for a wrong type, ValueError for a wrong value (flashlab.validation.as_int)."""
+    with pytest.raises(error, match=match):
         call()

@@ -47,7 +47,7 @@ def test_fused_intensity_is_about_the_block_size(block_q):
 def test_operation_costs_validates():
     with pytest.raises(ValueError, match="block_q"):
         cost.operation_costs(128, 128, 64, 64, block_q=0)
-    with pytest.raises(ValueError, match="seq_q"):
+    with pytest.raises(TypeError, match="seq_q must be an int"):
         cost.operation_costs(1.5, 128, 64, 64)
 
 

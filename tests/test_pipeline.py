@@ -81,7 +81,7 @@ def test_impossible_configurations_raise():
     g.add("c", "COPY", 1.0, acquire="buf")
     with pytest.raises(ValueError, match="zero buffers"):
         simulate(g)
-    with pytest.raises(ValueError, match="zero-buffer"):
+    with pytest.raises(ValueError, match="n_buffers must be >= 1"):
         build_fa_graph(ASCEND, "n_buffers", 128, 256, 192, 128, 128, 128, n_buffers=0)
     # a task needing more slots than exist
     g = TaskGraph(pools={"buf": 2})
@@ -347,7 +347,7 @@ def test_argument_validation():
         build_fa_graph(ASCEND, "ping_pong", 128, 256, 64, 128, 128, 128, pad_v=True)
     with pytest.raises(ValueError, match="split_rope"):
         build_fa_graph(ASCEND, "ping_pong", 128, 256, 192, 128, 128, 128, split_rope=192)
-    with pytest.raises(ValueError, match="block_k must be an int >= 1"):
+    with pytest.raises(ValueError, match="block_k must be >= 1"):
         build_fa_graph(ASCEND, "ping_pong", 128, 256, 192, 128, 128, 0)
     with pytest.raises(ValueError, match="kv_source"):
         build_fa_graph(ASCEND, "ping_pong", 128, 256, 192, 128, 128, 128, kv_source="ddr")

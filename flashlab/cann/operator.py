@@ -114,8 +114,6 @@ operator's test golden (``attention/flash_attention_score/tests/pytest/cpu_impl.
 """
 from __future__ import annotations
 
-import math
-import numbers
 
 import numpy as np
 
@@ -127,7 +125,7 @@ from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.validation import prepare
+from flashlab.validation import as_real, prepare
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad"]
 
@@ -137,17 +135,15 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
     if padding_mask is not None:
         raise NotImplementedError("padding_mask is not supported (torch_npu.npu_fusion_attention: "
                                   "\"暂不支持该传参\"; reserved and unused in CANN)")
-    if isinstance(keep_prob, (bool, np.bool_)) or not isinstance(keep_prob, numbers.Real):
-        raise TypeError(f"keep_prob must be a real number in (0, 1]; got {keep_prob!r}")
-    if not 0.0 < keep_prob <= 1.0:
-        raise ValueError(f"keep_prob must lie in (0, 1] (\"取值范围为(0, 1]\"); got {keep_prob}")
+    # "取值范围为(0, 1]"
+    keep_prob = as_real("keep_prob", keep_prob, lo=0.0, hi=1.0, lo_open=True,
+                        what="a real number in (0, 1]")
     ip = int64("inner_precise", inner_precise)
     if ip not in (0, 1, 2):
         raise ValueError(f"inner_precise must be 0, 1 or 2 (0, 1 reserved; 2 invalid-row "
                          f"computation); got {ip}")
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite real number (the operator's default is 1.0; "
-                        f"pass 1/sqrt(D) for the usual attention); got {scale!r}")
+    # the operator's default is 1.0; pass 1/sqrt(D) for the usual attention
+    as_real("scale", scale, what="a finite real number")
     if not 0 <= int64("seed", seed) <= (1 << 64) - 1:
         raise ValueError(f"seed must lie in [0, 2**64 - 1]; got {seed}")
     if not 0 <= int64("offset", offset):

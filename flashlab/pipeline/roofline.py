@@ -16,11 +16,11 @@ Most engine rates inside a core are not published: :func:`with_core` and
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from flashlab.pipeline.params import HardwareProfile, Param
+from flashlab.validation import as_real
 
 __all__ = ['ridge_point', 'roofline', 'roofline_time', 'bound', 'HBM_ENGINES', 'MAIN_MEMORY_LEVELS', 'with_hbm_bandwidth', 'with_core']
 
@@ -90,9 +90,7 @@ def with_hbm_bandwidth(profile: HardwareProfile, bytes_per_s: float,
     """
     if not isinstance(profile, HardwareProfile):
         raise TypeError(f"profile must be a HardwareProfile; got {type(profile).__name__}")
-    if isinstance(bytes_per_s, bool) or not isinstance(bytes_per_s, (int, float)) \
-            or not math.isfinite(bytes_per_s) or bytes_per_s <= 0:
-        raise ValueError(f"bytes_per_s must be a positive number of byte/s; got {bytes_per_s!r}")
+    as_real("bytes_per_s", bytes_per_s, lo=0, lo_open=True, what="a positive number of byte/s")
     bw = Param(float(bytes_per_s), "B/s", source, "assumption")
     # the factor every main-memory number moves by: beta' / beta
     factor = bw.value / profile.hbm_bandwidth.value
@@ -133,9 +131,7 @@ def with_core(profile: HardwareProfile, source: str = "set by the reader",
     core = profile.core
     changes: dict[str, object] = {}
     for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
-                or not math.isfinite(value):
-            raise ValueError(f"{key} must be a finite number >= 0; got {value!r}")
+        as_real(key, value, lo=0, what="a finite number >= 0")
         name = key.removesuffix("_latency")
         if name in _ENGINE_FIELDS:
             engine = changes.get(name, getattr(core, name))

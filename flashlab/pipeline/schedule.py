@@ -71,6 +71,7 @@ from typing import NamedTuple
 
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE, HardwareProfile
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
+from flashlab.validation import as_int, as_real
 
 #: The strategies of :func:`build_fa_graph`.
 STRATEGIES = ("iterate_all", "self_mte2", "ping_pong", "n_buffers")
@@ -133,9 +134,7 @@ def _cuts(size: int, block: int) -> list[int]:
 
 
 def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-    return value
+    return as_int(name, value, lo=1)
 
 
 def resolve_buffers(strategy: str, n_buffers: int | None) -> int:
@@ -148,10 +147,8 @@ def resolve_buffers(strategy: str, n_buffers: int | None) -> int:
             raise ValueError(f"strategy {strategy!r} uses {fixed[strategy]} buffer(s); got "
                              f"n_buffers={n_buffers!r} (use strategy='n_buffers' to choose)")
         return fixed[strategy]
-    if isinstance(n_buffers, bool) or not isinstance(n_buffers, int) or n_buffers < 1:
-        raise ValueError(f"strategy 'n_buffers' needs n_buffers = an int >= 1 (a zero-buffer "
-                         f"pipeline cannot hold a tile); got {n_buffers!r}")
-    return n_buffers
+    # a zero-buffer pipeline cannot hold a tile
+    return as_int("n_buffers", n_buffers, lo=1, what="an int >= 1 (strategy 'n_buffers')")
 
 
 def _core(profile: HardwareProfile):
@@ -415,13 +412,11 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
         raise ValueError(f"lookahead must be 0 or 1; got {lookahead!r}")
     if pad_v and d_v > d_qk:
         raise ValueError(f"pad_v pads V up to d_qk, so it needs d_v <= d_qk; got d_v={d_v}, d_qk={d_qk}")
-    if isinstance(split_rope, bool) or not isinstance(split_rope, int) or not 0 <= split_rope < d_qk:
-        raise ValueError(f"split_rope must be an int in [0, d_qk={d_qk}); got {split_rope!r}")
+    as_int("split_rope", split_rope, lo=0, hi=d_qk - 1)
     if kv_source not in KV_SOURCES:
         raise ValueError(f"kv_source must be one of {KV_SOURCES}; got {kv_source!r}")
     for name, value in (("softmax_ops", softmax_ops), ("rescale_ops", rescale_ops)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{name} must be a number >= 0; got {value!r}")
+        as_real(name, value, lo=0)
 
     shape = FAShape(seq_q, seq_kv, d_qk, d_v, block_q, block_k, pad_v, split_rope, dtype_bytes)
     needs = buffer_needs(profile, shape, nb, base_k=base_k, l0_buffers=l0_buffers,
