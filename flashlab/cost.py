@@ -54,6 +54,14 @@ from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
 from flashlab.validation import as_int
 
+__all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_flops",
+           "matmul_intensities", "hbm_elements_standard", "hbm_elements_flash", "block_for_sram",
+           "fa1_theorem2", "standard_attention_extra_bytes", "operation_costs",
+           "operation_intensities", "flash_backward_intensity", "MLA_DATAFLOWS",
+           "mla_dataflow_ideas", "accumulator_bytes", "StepCost", "attended_pairs",
+           "check_dataflow", "mla_forward_steps", "backward_partials_elements",
+           "mla_backward_steps", "total_cost", "MLA_IDEAS", "mla_savings"]
+
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 

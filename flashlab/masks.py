@@ -25,7 +25,7 @@ from numba import njit
 
 from flashlab.numba_cache import CACHE
 
-__all__ = ["NO_LIMIT", "EMPTY", "PARTIAL", "FULL", "band_from", "clamp_side", "clamp_band",
+__all__ = ["NO_LIMIT", "EMPTY", "PARTIAL", "FULL", "TILE_CLASS_NAMES", "band_from", "clamp_side", "clamp_band",
            "kv_block_range", "tile_class", "allowed", "classify_tiles"]
 
 #: Stand-in for an unbounded band side. Large enough that ``i - NO_LIMIT`` and
@@ -34,6 +34,9 @@ NO_LIMIT = 1 << 60
 
 #: Tile classes, as stored by :func:`classify_tiles`.
 EMPTY, PARTIAL, FULL = 0, 1, 2
+
+#: the tile classes' names, for labels and messages
+TILE_CLASS_NAMES: dict[int, str] = {EMPTY: "empty", PARTIAL: "partial", FULL: "full"}
 
 
 def band_from(causal: bool = False, window: tuple | None = None) -> tuple[int, int]:

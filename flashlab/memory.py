@@ -16,6 +16,8 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+__all__ = ["traced_peak"]
+
 
 def traced_peak(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, int]:
     """Call ``fn(*args, **kwargs)`` and return ``(result, peak_bytes)``.

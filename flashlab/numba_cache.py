@@ -33,7 +33,7 @@ from pathlib import Path
 
 from numba.core import config
 
-__all__ = ["CACHE", "CACHE_DIR"]
+__all__ = ["CACHE", "CACHE_DIR", "choose_cache"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -66,7 +66,7 @@ def _user_folders() -> list[Path]:
     return folders
 
 
-def _choose() -> tuple[bool, str | None]:
+def choose_cache() -> tuple[bool, str | None]:
     """(cache on disk?, the folder when it is not Numba's default)."""
     if config.CACHE_DIR:
         if _writable(Path(config.CACHE_DIR)):
@@ -92,4 +92,4 @@ def _choose() -> tuple[bool, str | None]:
 CACHE: bool
 #: the folder the cache is in when it is not beside the source (None: Numba's default)
 CACHE_DIR: str | None
-CACHE, CACHE_DIR = _choose()
+CACHE, CACHE_DIR = choose_cache()

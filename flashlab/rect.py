@@ -75,6 +75,11 @@ from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_
                            DEEPSEEK_V3_V_DIM)
 from flashlab.validation import as_bool, as_int, as_real
 
+__all__ = ["IDEAS", "IDEA_LABELS", "REMOVES", "ASCEND_910B_CORES", "MLAProblem", "check_ideas", "label",
+           "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",
+           "chip_bandwidth", "with_chip_bandwidth", "QBlockModel", "qblock_model",
+           "kernel_seconds", "Composition", "compose", "compose_backward", "speedup"]
+
 #: the three RECT-FA ideas, in the article's order (:class:`flashlab.dataflows.Idea`)
 IDEAS = dataflows.IDEAS
 

@@ -56,6 +56,10 @@ import numbers
 
 import numpy as np
 
+__all__ = ["DEEPSEEK_V3_NOPE_DIM", "DEEPSEEK_V3_ROPE_DIM", "DEEPSEEK_V3_V_DIM",
+           "DEEPSEEK_V3_HEADS", "DEEPSEEK_V3_ROPE_BASE", "DEFAULT_BASE", "rope_frequencies",
+           "pair_indices", "apply_rope", "mla_rope"]
+
 #: DeepSeek-V3 per-head sizes, from config.json of deepseek-ai/DeepSeek-V3 (``qk_nope_head_dim``,
 #: ``qk_rope_head_dim``, ``v_head_dim``, ``num_attention_heads``, ``rope_theta``) and the
 #: DeepSeek-V3 Technical Report (arXiv:2412.19437), *Hyper-Parameters* (d_h = 128,

@@ -36,6 +36,9 @@ from flashlab import cost, rect
 from flashlab.dataflows import KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
+__all__ = ["DATA_DIR", "ESTIMATES", "TOLERANCE", "Estimate", "VendorRow", "verdict",
+           "amdahl_share", "vendor_table", "row", "table_markdown"]
+
 #: where the committed benchmark runs live in the book's repository
 DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
 

@@ -33,7 +33,12 @@ from flashlab.pipeline.hardware import (
     ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORES, HardwareProfile, with_hbm_bandwidth,
 )
 from flashlab.pipeline.schedule import STRATEGIES, simulate_fa
-from flashlab.pipeline.simulate import SimResult
+from flashlab.pipeline.simulate import TIME_UNITS, SimResult
+
+__all__ = ["HEAD_DIMS", "ROPE_MODES", "ROPE_DIM", "BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS",
+           "DEFAULT_HBM_TB_S", "N_AI_CORES", "core_profile", "PipelineSettings",
+           "simulate_settings", "run_settings", "summary", "pipeline_grid", "pipeline_animation",
+           "PipelineExplorer"]
 
 #: head-dim presets, name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
 #: padded to 192 (the baseline before RECT-FA); "192/128 native V" is RECT-FA's.
@@ -228,7 +233,7 @@ def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int 
     plt.close(fig)
     fig.set_dpi(dpi)
     ax = fig.axes[0]
-    scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[unit]
+    scale = TIME_UNITS[unit]
     end = result.makespan * scale
     y0, y1 = ax.get_ylim()          # inverted: lane 0 at the top
     curtain = Rectangle((0, y1), end, y0 - y1, facecolor="white", edgecolor="none", alpha=0.92,

@@ -207,15 +207,15 @@ def test_cache_folder_choice(monkeypatch, tmp_path):
     monkeypatch.setattr(numba_cache, "_user_folders", lambda: [tmp_path / "a", tmp_path / "b"])
     # nothing writable: no on-disk cache, a warning
     with pytest.warns(RuntimeWarning, match="no writable folder"):
-        assert numba_cache._choose() == (False, None)
+        assert numba_cache.choose_cache() == (False, None)
     # the install read-only, the second user folder writable: it is used and named
     writable.add(tmp_path / "b")
     with pytest.warns(RuntimeWarning, match="read-only; the compiled kernels are cached in"):
-        assert numba_cache._choose() == (True, str(tmp_path / "b"))
+        assert numba_cache.choose_cache() == (True, str(tmp_path / "b"))
     # the install writable: Numba's default, no warning
     monkeypatch.setattr(numba_cache, "_in_tree_writable", lambda: True)
     monkeypatch.setattr(numba_cache.config, "CACHE_DIR", "")
-    assert numba_cache._choose() == (True, None)
+    assert numba_cache.choose_cache() == (True, None)
 
 
 def test_import_from_a_read_only_install(tmp_path):

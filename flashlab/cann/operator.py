@@ -414,8 +414,8 @@ def _softmax_operand(name: str, x, st: Setup) -> np.ndarray:
 def _lse_from_stats(m: np.ndarray, s: np.ndarray) -> np.ndarray:
     """LSE = max + log(sum); -inf for a row with no allowed key.
 
-    Such a row is written (float32 lowest, float32 max) by the forward and the device; the
-    convention (-inf, 0) of earlier flashlab versions is read the same way.
+    Such a row is written (float32 lowest, float32 max) by the forward and the device; a row
+    given as (-inf, 0), the other usual way to write "no key", is read the same way.
     """
     empty = (m <= EMPTY_ROW_MAX) | (s == 0.0)
     bad = ~empty & ~(np.isfinite(m) & np.isfinite(s) & (s > 0.0))

@@ -38,6 +38,8 @@ from numba.core.errors import TypingError  # noqa: E402
 from numba.extending import overload  # noqa: E402
 from numba.np.linalg import _BLAS, get_blas_kind  # noqa: E402
 
+__all__ = ["LIMITED", "gemm_nt", "gemm_nn", "gemm_tn"]
+
 _T, _N = ord("t"), ord("n")
 
 

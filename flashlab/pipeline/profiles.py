@@ -170,7 +170,7 @@ def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: 
         ),
         compute=(
             ComputeUnit("Cube", peak, "16x16x16 fp16 matrix unit of each AI Core (AIC)"),
-            ComputeUnit("Vector", None, "SIMD unit of each vector core (AIV); rate modelled later"),
+            ComputeUnit("Vector", None, "SIMD unit of each vector core (AIV); its rate is the core model's vector engine"),
         ),
         paths=_ASCEND_PATHS,
         notes="split architecture: AIC (cube core: MTE1, MTE2, Cube, FixPipe; L1, L0A/B/C) and "

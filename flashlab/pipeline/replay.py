@@ -22,6 +22,8 @@ import numpy as np
 from flashlab.kernels import forward
 from flashlab.pipeline.simulate import SimResult
 
+__all__ = ["replay_tiles", "attention_from_tiles"]
+
 
 def _is_copy(task) -> bool:
     return task.engine == "MTE2" and task.kind in ("load_k", "load_v")

@@ -73,6 +73,10 @@ from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE, HardwareProfile
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
 from flashlab.validation import as_int, as_real
 
+__all__ = ["STRATEGIES", "KV_SOURCES", "BufferNeed", "FAShape", "resolve_buffers", "l0c_slots",
+           "buffer_needs", "check_fit", "cube_order", "iterate_all_loads", "own_mte2_loads",
+           "build_fa_graph", "simulate_fa", "bench_simulator"]
+
 #: The strategies of :func:`build_fa_graph`.
 STRATEGIES = ("iterate_all", "self_mte2", "ping_pong", "n_buffers")
 

@@ -46,6 +46,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+__all__ = ["Task", "TaskGraph", "Span", "SlotSpan", "SimResult", "simulate", "two_stage_graph",
+           "TIME_UNITS"]
+
+#: seconds -> the unit the drawings label their time axes in
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
 
 class Task:
     """One unit of work on one engine.
@@ -234,14 +240,6 @@ class SimResult:
         if self.makespan - t > min_length:
             out.append((t, self.makespan))
         return out
-
-    @property
-    def metrics(self) -> dict:
-        """makespan, busy and utilization per engine, the critical engine and its idle time."""
-        idle = sum(b - a for a, b in self.idle_gaps)
-        return {"makespan": self.makespan, "busy": dict(self.busy),
-                "utilization": dict(self.utilization), "critical_engine": self.critical_engine,
-                "critical_idle": idle, "critical_gaps": len(self.idle_gaps)}
 
 
 # ------------------------------------------------------------------------------- validation

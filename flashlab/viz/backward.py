@@ -19,6 +19,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
 from flashlab.viz.style import PALETTE, new_figure
 
+__all__ = ["MATMUL", "VECTOR", "Step", "FORWARD_STEPS", "BACKWARD_STEPS", "matmul_flops_per_tile",
+           "draw_tile_steps"]
+
 #: the two kinds of step (a matrix product on the tile, or element-wise vector work)
 MATMUL, VECTOR = "matmul", "vector"
 

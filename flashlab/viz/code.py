@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import inspect
 
+__all__ = ["show_source"]
+
 
 def show_source(obj) -> "IPython.display.Markdown":
     """The source of a function, class or module as a highlighted Python block.

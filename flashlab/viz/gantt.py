@@ -19,8 +19,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from flashlab.pipeline.simulate import SimResult
+from flashlab.pipeline.simulate import TIME_UNITS, SimResult
 from flashlab.viz.style import PALETTE, new_figure
+
+__all__ = ["KIND_COLORS", "KIND_LABELS", "SLOT_COLORS", "slot_name", "draw_gantt", "gantt_grid"]
 
 #: The colour of each task kind (kinds are set by
 #: :func:`flashlab.pipeline.schedule.build_fa_graph`), that of the data the task moves or
@@ -145,7 +147,7 @@ def _title(result: SimResult, unit: str, scale: float) -> str:
 
 
 def _unit(unit: str) -> float:
-    scales = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "cycles": 1.0}
+    scales = {**TIME_UNITS, "cycles": 1.0}
     if unit not in scales:
         raise ValueError(f"unit must be one of {sorted(scales)}; got {unit!r}")
     return scales[unit]

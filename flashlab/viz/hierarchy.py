@@ -15,6 +15,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from flashlab.pipeline.hardware import HardwareProfile, MemoryLevel, Param, params
 from flashlab.viz.style import PALETTE, figure_for, markdown_table
 
+__all__ = ["format_bytes", "format_rate", "format_param", "evidence_table", "draw_pyramid",
+           "AI_CORE_LAYOUT", "draw_ai_core"]
+
 
 def format_bytes(n: float) -> str:
     """``196608 -> '192 KiB'``, ``40e6 -> '40 MB'``, ``80e9 -> '80 GB'``: binary units when ``n``

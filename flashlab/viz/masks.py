@@ -28,6 +28,9 @@ from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, allowed, band_from, c
 from flashlab.viz.style import PALETTE, new_figure
 from flashlab.viz.tiles import class_image, draw_block_map
 
+__all__ = ["tile_counts", "class_legend", "draw_case", "mask_gallery", "SequenceTiles",
+           "sequence_tiles", "packed_allowed", "VarlenCounts", "varlen_counts", "varlen_figure"]
+
 _LABELS = {EMPTY: "empty (skipped)", PARTIAL: "partial (masked per element)",
            FULL: "full (no masking)"}
 

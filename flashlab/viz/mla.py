@@ -22,6 +22,8 @@ from matplotlib.patches import Patch
 from flashlab.mla import Step, ledger_total
 from flashlab.viz.style import PALETTE, markdown_table, new_figure
 
+__all__ = ["PANELS", "head_dims_figure", "ledger_markdown"]
+
 #: the two dataflows the figure draws, with their panel titles
 PANELS = {
     "baseline": "padded: every head dim equal (as FlashAttention-2 requires)",

@@ -15,6 +15,9 @@ import numpy as np
 
 from flashlab.viz.style import PALETTE, SERIES, figure_for
 
+__all__ = ["IMPL_COLORS", "IMPL_LABELS", "RooflinePoint", "plot_roofline_fraction", "plot_scaling",
+           "plot_round_ratios"]
+
 #: colour of each implementation of :mod:`flashlab.bench`
 IMPL_COLORS: dict[str, str] = {"flashlab": SERIES[0], "numpy_naive": SERIES[1],
                                "torch_sdpa": SERIES[2]}

@@ -15,6 +15,8 @@ from flashlab.cost import operation_intensities
 from flashlab.pipeline.hardware import HardwareProfile, ridge_point, roofline
 from flashlab.viz.style import PALETTE, SERIES, figure_for
 
+__all__ = ["MARKERS", "attention_operations", "plot_roofline"]
+
 #: marker per operation name of :func:`flashlab.cost.operation_costs`; others get "o"
 MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
            "FlashAttention (fused)": "*"}

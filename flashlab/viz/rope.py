@@ -28,6 +28,8 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from flashlab.rope import pair_indices
 from flashlab.viz.style import PALETTE, SERIES, new_figure
 
+__all__ = ["TILE_OPTIONS", "BUFFER_KINDS", "tile_buffers", "draw_score_options", "draw_rope_pairs"]
+
 #: the three ways to compute one score tile, in the order they are drawn
 TILE_OPTIONS = ("concat", "two buffers", "in place")
 

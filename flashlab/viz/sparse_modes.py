@@ -21,6 +21,8 @@ from flashlab.cann.sparse_modes import SPARSE_MODES, compressed_mask, prefix_mas
 from flashlab.masks import allowed
 from flashlab.viz.style import PALETTE, new_figure
 
+__all__ = ["example_arguments", "sparse_mode_table", "sparse_mode_markdown"]
+
 _CMAP = ListedColormap([PALETTE["empty"], PALETTE["full"]])
 
 

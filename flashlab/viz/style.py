@@ -11,6 +11,9 @@ import re
 
 import matplotlib.pyplot as plt
 
+__all__ = ["OKABE_ITO", "PALETTE", "SERIES", "new_figure", "figure_for", "markdown_table",
+           "animation_html"]
+
 #: the eight Okabe-Ito colours by their usual names
 OKABE_ITO: dict[str, str] = {
     "black": "#000000",
