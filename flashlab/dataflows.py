@@ -21,7 +21,14 @@ __all__ = ["Dataflow", "Idea", "StepName", "Step", "COST_FIELDS", "DATAFLOWS", "
            "REMOVES", "KERNEL_STEPS", "PAD_SLICE_STEPS", "dataflow_of", "total"]
 
 
-class Dataflow(StrEnum):
+class _Name(StrEnum):
+    """A name that prints, in lists and dicts too, as the plain string it equals."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class Dataflow(_Name):
     """The four MLA dataflows (a ``str``: ``Dataflow.RECT == "rect"``)."""
 
     BASELINE = "baseline"      # pad V + expand/concat RoPE (every head dim equal)
@@ -40,7 +47,7 @@ class Dataflow(StrEnum):
         return self in (Dataflow.SPLIT_ROPE, Dataflow.RECT)
 
 
-class Idea(StrEnum):
+class Idea(_Name):
     """The three RECT-FA ideas, in the article's order."""
 
     NATIVE_V = "native_v"
@@ -53,7 +60,7 @@ class Idea(StrEnum):
         return {"native_v": "native V", "split_rope": "split RoPE", "ping_pong": "ping-pong"}[self]
 
 
-class StepName(StrEnum):
+class StepName(_Name):
     """The operators of the dataflows, forward then backward (a ``str``: ``== "pad V"``)."""
 
     EXPAND_K_ROPE = "expand k_rope"
@@ -93,7 +100,7 @@ def dataflow_of(ideas: Iterable[str]) -> Dataflow:
     """The dataflow whose operators these ideas leave (``ping_pong`` changes none).
 
     >>> dataflow_of(()), dataflow_of({"native_v"}), dataflow_of({"native_v", "split_rope"})
-    (<Dataflow.BASELINE: 'baseline'>, <Dataflow.NATIVE_V: 'native_v'>, <Dataflow.RECT: 'rect'>)
+    ('baseline', 'native_v', 'rect')
     """
     s = set(ideas)
     pad_v, split = Idea.NATIVE_V not in s, Idea.SPLIT_ROPE in s
