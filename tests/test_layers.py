@@ -35,7 +35,9 @@ LAYERS: list[tuple[str, ...]] = [
      "flashlab.pipeline.__init__"),
     ("flashlab.rect", "flashlab.vendor"),
     ("flashlab.viz",),
-    ("flashlab.walk", "flashlab.widgets", "flashlab.widgets_pipeline", "flashlab.exercises"),
+    ("flashlab.walk", "flashlab.exercises"),
+    ("flashlab.widgets.tiles", "flashlab.widgets.pipeline"),
+    ("flashlab.widgets.__init__", "flashlab.widgets_pipeline"),
     ("flashlab.bench",),
 ]
 

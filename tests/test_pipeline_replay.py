@@ -9,7 +9,7 @@ import pytest
 import flashlab
 from flashlab.pipeline.replay import attention_from_tiles, replay_tiles
 from flashlab.pipeline.simulate import simulate
-from flashlab.widgets_pipeline import PipelineSettings, simulate_settings
+from flashlab.pipeline.settings import PipelineSettings, simulate_settings
 
 BASE = PipelineSettings(kv_blocks=4)
 

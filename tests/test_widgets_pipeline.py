@@ -1,4 +1,4 @@
-"""flashlab.widgets_pipeline: the settings map to the simulator's arguments, the bandwidth moves
+"""flashlab.pipeline.settings and flashlab.widgets.pipeline: the settings map to the simulator's arguments, the bandwidth moves
 MTE2/MTE3, the explorer follows its controls and shows errors instead of raising, and the static
 fallbacks (grid, animation) have the expected panels and frames."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest  # noqa: E402
 
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
-from flashlab.widgets_pipeline import (  # noqa: E402
-    HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, pipeline_animation, pipeline_grid,
-    run_settings, simulate_settings, summary,
+from flashlab.pipeline.settings import (  # noqa: E402
+    HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, run_settings, simulate_settings, summary,
 )
+from flashlab.widgets.pipeline import pipeline_animation, pipeline_grid  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +42,8 @@ def test_core_profile_moves_mte2_and_mte3_only():
     assert core_profile().core.load.rate.value == pytest.approx(base.core.load.rate.value)
     with pytest.raises(ValueError, match="hbm_tb_s"):
         core_profile(0)
+    with pytest.raises(TypeError, match="hbm_tb_s"):
+        core_profile("3.2")
 
 
 def test_settings_map_to_the_simulator():
@@ -63,12 +65,16 @@ def test_settings_map_to_the_simulator():
     assert simulate_settings(dataclasses.replace(s, strategy="ping_pong")).graph.pools["L1.B"] == 2
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(strategy="double"), "strategy"), (dict(head_dims="256/256"), "head_dims"),
-    (dict(rope="fused"), "rope"), (dict(kv_blocks=0), "kv_blocks"), (dict(block_q=1.5), "block_q"),
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(strategy="double"), ValueError, "strategy"),
+    (dict(head_dims="256/256"), ValueError, "head_dims"), (dict(rope="fused"), ValueError, "rope"),
+    (dict(kv_blocks=0), ValueError, "kv_blocks must be >= 1"),
+    (dict(block_q=1.5), TypeError, "block_q must be an int"),
+    (dict(hbm_tb_s=0), ValueError, "hbm_tb_s must be > 0"),
+    (dict(hbm_tb_s=True), TypeError, "hbm_tb_s"),
 ])
-def test_settings_validation(bad, match):
-    with pytest.raises(ValueError, match=match):
+def test_settings_validation(bad, error, match):
+    with pytest.raises(error, match=match):
         PipelineSettings(**bad)
 
 
@@ -96,7 +102,7 @@ def test_ping_pong_gain_shrinks_when_compute_bound():
 # --------------------------------------------------------------------------------- explorer
 def test_explorer_builds_and_follows_its_controls():
     pytest.importorskip("ipywidgets")
-    from flashlab.widgets_pipeline import PipelineExplorer
+    from flashlab.widgets.pipeline import PipelineExplorer
 
     ex = PipelineExplorer(draw=False)
     assert ex.settings == PipelineSettings() and ex.error is None
@@ -127,7 +133,7 @@ def test_explorer_builds_and_follows_its_controls():
 
 def test_explorer_shows_the_error_for_tiles_that_do_not_fit():
     pytest.importorskip("ipywidgets")
-    from flashlab.widgets_pipeline import PipelineExplorer
+    from flashlab.widgets.pipeline import PipelineExplorer
 
     ex = PipelineExplorer(dpi=40)
     assert len(ex.out.outputs) == 1
@@ -143,7 +149,7 @@ def test_explorer_shows_the_error_for_tiles_that_do_not_fit():
 
 def test_explorer_draws_a_png_and_leaves_no_pyplot_figure():
     pytest.importorskip("ipywidgets")
-    from flashlab.widgets_pipeline import PipelineExplorer
+    from flashlab.widgets.pipeline import PipelineExplorer
 
     ex = PipelineExplorer(PipelineSettings(kv_blocks=2), dpi=40)
     (shown,) = ex.out.outputs
@@ -179,8 +185,10 @@ def test_animation_frames():
     html = anim.to_jshtml()
     assert html.count('"data:image/png;base64') == 4
     assert plt.get_fignums() == []            # closed in pyplot: no stray chart in a notebook
-    with pytest.raises(ValueError, match="frames"):
+    with pytest.raises(ValueError, match="frames must be >= 2"):
         pipeline_animation(frames=1)
+    with pytest.raises(TypeError, match="frames must be an int"):
+        pipeline_animation(frames=2.0)
     del anim
     gc.collect()
 
@@ -194,3 +202,94 @@ def test_animation_first_frame_is_not_blank_and_last_is_whole():
     assert curtain.get_x() > 0
     anim._func(3)
     assert curtain.get_width() == 0
+
+
+# ------------------------------------------------------------------ a change redraws in place
+def _pixels(png: bytes):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)))
+
+
+def test_gantt_view_redraws_in_place_with_one_partial_draw():
+    """A change that keeps the lanes reuses the figure, runs no full figure draw (only the
+    changing artists over the kept background) and gives the PNG a whole render gives."""
+    from flashlab.viz.gantt import GanttView
+    from flashlab.viz.style import png_bytes
+
+    view = GanttView(dpi=40)
+    first = view.show(run_settings(PipelineSettings(kv_blocks=2))[0])
+    view.png()
+    full_draws = []
+    first.canvas.mpl_connect("draw_event", lambda _: full_draws.append(1))
+    # faster HBM: the critical engine moves from MTE2 to VECTOR, so its lane label changes too
+    result = run_settings(PipelineSettings(block_k=256, hbm_tb_s=12.8, kv_blocks=3))[0]
+    assert result.critical_engine == "VECTOR"
+    assert view.show(result) is first and view.figures_built == 1
+    png = view.png()
+    assert full_draws == []
+    assert (_pixels(png) == _pixels(png_bytes(first))).all()
+    assert plt.get_fignums() == []
+
+
+def test_gantt_view_keeps_a_few_frames_and_frees_the_rest():
+    import weakref
+
+    from flashlab.viz.gantt import GanttView
+
+    view = GanttView(dpi=30)
+    shapes = [dict(strategy="ping_pong"), dict(strategy="self_mte2"),
+              dict(strategy="n_buffers", n_buffers=3), dict(strategy="n_buffers", n_buffers=4),
+              dict(strategy="ping_pong", rope="split")]
+    figures = []
+    for shape in shapes:
+        figures.append(weakref.ref(view.show(run_settings(PipelineSettings(kv_blocks=2, **shape))[0])))
+        view.png()
+    assert view.figures_built == len(shapes) == GanttView.FRAMES_KEPT + 1
+    gc.collect()
+    assert figures[0]() is None and all(f() is not None for f in figures[1:])
+    # back to a kept frame: its figure again, nothing built
+    assert view.show(run_settings(PipelineSettings(kv_blocks=3, strategy="self_mte2"))[0]) \
+        is figures[1]()
+    assert view.figures_built == len(shapes)
+
+
+def test_explorer_reuses_its_figure_across_changes():
+    pytest.importorskip("ipywidgets")
+    from flashlab.widgets.pipeline import PipelineExplorer
+
+    ex = PipelineExplorer(PipelineSettings(kv_blocks=2), dpi=30)
+    fig = ex.figure
+    ex.kv_blocks.value = 3
+    ex.hbm.value = 3.2
+    assert ex.figure is fig and ex.view.figures_built == 1
+    ex.strategy.value = "self_mte2"            # one buffer per operand: other lanes
+    assert ex.figure is not fig and ex.view.figures_built == 2
+    ex.strategy.value = "ping_pong"
+    assert ex.figure is fig and ex.view.figures_built == 2
+    assert len(ex.out.outputs) == 1 and plt.get_fignums() == []
+
+
+def test_pipeline_explorer_change_record():
+    from flashlab.widgets.pipeline import CHANGE_TARGET_S, CHANGES, pipeline_explorer_change
+
+    rec = pipeline_explorer_change(dpi=30, repeat=1)
+    assert rec["changes"] == len(CHANGES) and rec["target_s"] == CHANGE_TARGET_S
+    assert 0 < rec["median_s"] <= rec["max_s"] and rec["build_s"] > 0
+    assert 1 <= rec["figures_built"] < len(CHANGES)
+    assert plt.get_fignums() == []
+    with pytest.raises(TypeError, match="repeat"):
+        pipeline_explorer_change(repeat=1.0)
+
+
+def test_deprecated_module_still_exports_the_names():
+    with pytest.warns(DeprecationWarning, match="flashlab.widgets.pipeline"):
+        import importlib
+        import sys
+
+        sys.modules.pop("flashlab.widgets_pipeline", None)
+        old = importlib.import_module("flashlab.widgets_pipeline")
+    assert old.PipelineSettings is PipelineSettings and old.pipeline_grid is pipeline_grid

@@ -1,4 +1,4 @@
-"""flashlab.widgets and flashlab.viz.tiles: the explorer builds and follows its controls, the
+"""flashlab.widgets.tiles and flashlab.viz.tiles: the explorer builds and follows its controls, the
 animation has one frame per computed tile, and the drawings render."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 
 from flashlab.masks import EMPTY, band_from, classify_tiles  # noqa: E402
 from flashlab.viz.tiles import block_map_figure, walk_frame_figure  # noqa: E402
-from flashlab.widgets import (MASK_KINDS, TileExplorer, demo_problem,  # noqa: E402
-                              frame_indices, tile_walk_animation, walk_demo)
+from flashlab.widgets.tiles import (MASK_KINDS, TileExplorer, demo_problem,  # noqa: E402
+                                    frame_indices, tile_walk_animation, walk_demo)
 
 pytest.importorskip("ipywidgets")
 

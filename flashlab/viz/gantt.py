@@ -5,6 +5,8 @@
   pong in different colours) showing when each slot holds a tile, a bar per lane with the
   engine's utilization (or the slot's occupancy), and the idle gaps of the critical engine
   (the busiest one) hatched.
+- :class:`GanttView`: such a chart redrawn in place for a stream of results (the pipeline
+  explorer): the figure, its layout and its legend are kept while the lanes stay the same.
 - :func:`gantt_grid`: small multiples -- a grid of such charts (e.g. strategies x tile sizes),
   on a common time axis so that lengths compare, for the static book.
 
@@ -20,9 +22,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from flashlab.pipeline.simulate import TIME_UNITS, SimResult
-from flashlab.viz.style import PALETTE, new_figure
+from flashlab.viz.style import PALETTE, new_figure, png_bytes
 
-__all__ = ["KIND_COLORS", "KIND_LABELS", "SLOT_COLORS", "slot_name", "draw_gantt", "gantt_grid"]
+__all__ = ["KIND_COLORS", "KIND_LABELS", "SLOT_COLORS", "slot_name", "draw_gantt", "GanttView",
+           "gantt_grid"]
 
 #: The colour of each task kind (kinds are set by
 #: :func:`flashlab.pipeline.schedule.build_fa_graph`), that of the data the task moves or
@@ -122,9 +125,9 @@ def _draw_lanes(ax, result: SimResult, pools: Sequence[str], scale: float, label
                                    fill=False, hatch="////", ec=PALETTE["highlight"], lw=0.8))
     ax.set_yticks(range(len(lanes)), [label for label, _, _ in lanes], fontsize=8)
     for tick, (_, key, _) in zip(ax.get_yticklabels(), lanes):
-        if highlight and key == result.critical_engine:
-            tick.set_color(PALETTE["highlight"])
-            tick.set_fontweight("bold")
+        critical = highlight and key == result.critical_engine
+        tick.set_color(PALETTE["highlight"] if critical else PALETTE["text"])
+        tick.set_fontweight("bold" if critical else "normal")
     if len(result.engines) < len(lanes):
         ax.axhline(len(result.engines) - 0.5, color=PALETTE["grid"], lw=0.8)
     ax.set_ylim(len(lanes) - 0.5, -0.5)
@@ -226,6 +229,113 @@ def draw_gantt(result: SimResult, *, ax=None, pools: Sequence[str] | None = None
         fig.legend(handles=_legend_handles(kinds, slots), loc="outside lower center", ncol=4,
                    fontsize=7, frameon=False)
     return fig
+
+
+class GanttView:
+    """A :func:`draw_gantt` chart (utilization panel and legend included) redrawn in place.
+
+    :meth:`show` draws a result. A figure is built for a *frame* -- the lane labels and the
+    legend's entries -- and kept (the last :data:`FRAMES_KEPT` frames), so a change that keeps
+    the frame only removes the previous result's bars, labels and hatching and draws the new
+    ones on the same axes. The first draw of a figure settles its layout (constrained layout)
+    and renders the parts a frame fixes -- legend, lane labels, the utilization axis -- once,
+    as a background; :meth:`png` then restores that background and draws only the parts a
+    result changes (bars, their labels, the axes with the critical engine's lane label, the
+    title, the utilization bars) before encoding. The figures are not registered with pyplot, so a notebook never shows a stray
+    copy of them.
+    """
+
+    #: figures kept, one per frame, most recent last (e.g. ping-pong and single-buffer lanes)
+    FRAMES_KEPT = 4
+
+    def __init__(self, *, unit: str = "us", dpi: int = 70) -> None:
+        self.unit, self.dpi = unit, dpi
+        self.fig: Figure | None = None
+        self.frame: tuple | None = None
+        self.figures_built = 0
+        self.draws = 0           # full renders of a figure (one per built figure)
+        self._kept: dict[tuple, tuple[Figure, object]] = {}   # frame -> (figure, background)
+
+    @staticmethod
+    def frame_of(result: SimResult) -> tuple:
+        """What a figure is built for: the lane labels and the legend's entries."""
+        pools = _default_pools(result)
+        kinds = {t.kind if t.kind in KIND_COLORS else "" for t in result.graph.tasks}
+        slots = max((result.graph.pools[p] for p in pools), default=0)
+        return (tuple(label for label, _, _ in _lanes(result, pools)),
+                tuple(h.get_label() for h in _legend_handles(kinds, slots)))
+
+    def show(self, result: SimResult) -> Figure:
+        """Draw ``result``; returns the figure (the same one for the same frame)."""
+        import matplotlib.pyplot as plt
+
+        frame = self.frame_of(result)
+        self.frame = frame
+        if frame not in self._kept:
+            fig = draw_gantt(result, unit=self.unit)
+            plt.close(fig)
+            fig.set_dpi(self.dpi)
+            self._kept[frame] = (fig, None)
+            while len(self._kept) > self.FRAMES_KEPT:
+                self._kept.pop(next(iter(self._kept)))
+            self.figures_built += 1
+            self.fig = fig
+            return fig
+        fig, _ = self._kept.pop(frame)
+        self._kept[frame] = (fig, _)             # most recently used last
+        self.fig = fig
+        ax, ux = fig.axes[:2]
+        for a in (ax, ux):
+            for c in list(a.containers):
+                c.remove()
+            for artist in [*a.collections, *a.patches, *a.texts, *a.lines]:
+                artist.remove()
+        scale = _unit(self.unit)
+        lanes, _ = _draw_lanes(ax, result, _default_pools(result), scale,
+                               len(result.graph.tasks) <= 150, True)
+        ax.set_title(_title(result, self.unit, scale), fontsize=10)
+        _draw_utilization(ux, result, lanes)
+        return fig
+
+    def _changing(self) -> list:
+        """The artists a result changes, in drawing order (lowest zorder first)."""
+        ax, ux = self.fig.axes[:2]
+        out = [ax.xaxis, ax.yaxis, *ax.collections, *ax.patches, *ax.lines, *ax.texts, *ax.spines.values(),
+               ax.title, *ux.patches, *ux.texts, *ux.spines.values()]
+        return sorted(out, key=lambda a: a.get_zorder())
+
+    def png(self) -> bytes:
+        """The chart as PNG bytes. A figure's first call renders it whole (one Agg draw, which
+        settles the layout) and keeps the rendering of the frame's fixed parts; later calls
+        draw only the changing artists over that background."""
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from PIL import Image
+
+        fig, background = self._kept[self.frame]
+        if background is None:
+            png = png_bytes(fig)               # the layout engine runs in this draw
+            self.draws += 1
+            fig.set_layout_engine("none")
+            changing = self._changing()
+            for a in changing:
+                a.set_animated(True)
+            canvas = fig.canvas
+            canvas.draw()                      # the fixed parts only
+            self._kept[self.frame] = (fig, canvas.copy_from_bbox(fig.bbox))
+            for a in changing:
+                a.set_animated(False)
+            return png
+        canvas = fig.canvas
+        assert isinstance(canvas, FigureCanvasAgg)
+        canvas.restore_region(background)
+        renderer = canvas.get_renderer()
+        for a in self._changing():
+            a.draw(renderer)
+        buf = io.BytesIO()
+        Image.fromarray(np.asarray(canvas.buffer_rgba())).save(buf, format="png")
+        return buf.getvalue()
 
 
 def _draw_utilization(ux, result: SimResult, lanes) -> None:

@@ -11,8 +11,8 @@ import re
 
 import matplotlib.pyplot as plt
 
-__all__ = ["OKABE_ITO", "PALETTE", "SERIES", "new_figure", "figure_for", "markdown_table",
-           "animation_html"]
+__all__ = ["OKABE_ITO", "PALETTE", "SERIES", "new_figure", "figure_for", "png_bytes",
+           "markdown_table", "animation_html"]
 
 #: the eight Okabe-Ito colours by their usual names
 OKABE_ITO: dict[str, str] = {
@@ -79,6 +79,25 @@ def figure_for(ax, w: float, h: float):
     if ax is None:
         return new_figure(w, h)
     return ax.figure, ax
+
+
+def png_bytes(fig) -> bytes:
+    """``fig`` as PNG bytes from one Agg draw (its layout engine, if any, runs in that draw).
+
+    ``Figure.savefig`` draws a figure with a layout engine twice (once to settle the layout,
+    once to render); the Agg canvas's ``print_png`` draws once. The figure keeps the Agg canvas,
+    so the next call reuses its renderer and the text metrics cached with it.
+    """
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg):
+        canvas = FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    canvas.print_png(buf)
+    return buf.getvalue()
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

@@ -22,7 +22,10 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from flashlab.masks import EMPTY, FULL, PARTIAL, allowed as band_allowed, classify_tiles
-from flashlab.viz.style import PALETTE, new_figure
+from flashlab.viz.style import PALETTE, new_figure, png_bytes
+
+__all__ = ["ERR_FLOOR", "WALK_FONT", "class_image", "draw_block_map", "block_map_figure", "walk_legend_handles",
+           "WalkView", "draw_walk_frame", "walk_frame_figure"]
 
 _CLASS_COLOUR = {EMPTY: PALETTE["empty"], PARTIAL: PALETTE["partial"], FULL: PALETTE["full"]}
 _CLASS_LABEL = {EMPTY: "empty (skipped)", PARTIAL: "partial (masked per element)",
@@ -166,8 +169,6 @@ class WalkView:
 
     def __init__(self, walk, o_ref: np.ndarray, *, fig: Figure | None = None, w: float = 8.0,
                  h: float = 4.4, dpi: int = 80, title: bool = True) -> None:
-        from matplotlib.lines import Line2D
-
         self.walk, self.o_ref, self.title = walk, np.asarray(o_ref, dtype=np.float64), title
         if fig is None:
             fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
@@ -300,21 +301,9 @@ class WalkView:
             self._frozen = True
 
     def png(self) -> bytes:
-        """The current step as PNG bytes: one Agg draw and the encoding.
-
-        ``Figure.savefig`` would draw the figure twice (once more to settle a layout engine,
-        which the frozen layout does not need); the Agg canvas's ``print_png`` draws once.
-        """
-        import io
-
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        canvas = self.fig.canvas
-        if not isinstance(canvas, FigureCanvasAgg):
-            canvas = FigureCanvasAgg(self.fig)
-        buf = io.BytesIO()
-        canvas.print_png(buf)
-        return buf.getvalue()
+        """The current step as PNG bytes: one Agg draw and the encoding
+        (:func:`flashlab.viz.style.png_bytes`)."""
+        return png_bytes(self.fig)
 
 
 def _strip(ax, size: int, block: int, colour: str, vertical: bool, label: str) -> list:

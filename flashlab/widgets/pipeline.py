@@ -1,18 +1,16 @@
 """The pipeline explorer: the FlashAttention tile loop of one Ascend AI Core, live and static.
 
-- :class:`PipelineSettings`: one point of the design space the chapter explores -- strategy
-  (``iterate_all``, ``self_mte2``, ``ping_pong``, ``n_buffers``), tile sizes, the chip's HBM
-  bandwidth, head dims (:data:`HEAD_DIMS`), RoPE concatenated or split, number of kv-blocks --
-  and :func:`run_settings`, which simulates it and the ``iterate_all`` baseline of the same
-  shape (:func:`flashlab.pipeline.schedule.simulate_fa`).
-- :func:`core_profile`: the Ascend 910B AI Core profile with the chip's HBM bandwidth moved;
-  MTE2 (GM -> L1) and MTE3 (UB -> GM) get a 1/24 share of it each, as in
-  :mod:`flashlab.pipeline.hardware`.
+The design points it explores are :class:`flashlab.pipeline.settings.PipelineSettings`
+(strategy, tile sizes, HBM bandwidth, head dims, RoPE, kv-blocks); this module is the controls
+and the drawings over them.
+
 - :class:`PipelineExplorer` (live kernel; needs ipywidgets): controls for every setting; it
-  redraws the Gantt chart (:func:`flashlab.viz.gantt.draw_gantt`: a lane per engine, a lane per
-  ping/pong buffer, the critical engine's idle gaps hatched, utilization bars) and prints the
-  makespan and the speedup over ``iterate_all``. A configuration whose tiles do not fit the
+  redraws the Gantt chart (a :class:`flashlab.viz.gantt.GanttView`: a lane per engine, a lane
+  per ping/pong buffer, the critical engine's idle gaps hatched, utilization bars) and prints
+  the makespan and the speedup over ``iterate_all``. A configuration whose tiles do not fit the
   buffers shows the ``ValueError`` message instead of a chart.
+- :func:`pipeline_explorer_change`: the seconds one change of a control costs, for the
+  benchmark.
 - Static fallbacks for the HTML book, where no kernel runs: :func:`pipeline_grid` (small
   multiples, strategies x tile sizes or strategies x bandwidths) and
   :func:`pipeline_animation` (one chart revealed step by step in time, for ``to_jshtml``).
@@ -25,157 +23,24 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
-import io
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from flashlab.pipeline.hardware import (
-    ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORES, HardwareProfile, with_hbm_bandwidth,
+from flashlab.pipeline.schedule import STRATEGIES
+from flashlab.pipeline.settings import (
+    HEAD_DIMS, ROPE_MODES, PipelineSettings, run_settings, simulate_settings, summary,
 )
-from flashlab.pipeline.schedule import STRATEGIES, simulate_fa
 from flashlab.pipeline.simulate import TIME_UNITS, SimResult
+from flashlab.validation import as_int
 
-__all__ = ["HEAD_DIMS", "ROPE_MODES", "ROPE_DIM", "BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS",
-           "DEFAULT_HBM_TB_S", "N_AI_CORES", "core_profile", "PipelineSettings",
-           "simulate_settings", "run_settings", "summary", "pipeline_grid", "pipeline_animation",
-           "PipelineExplorer"]
+__all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
+           "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES", "pipeline_explorer_change"]
 
-#: head-dim presets, name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
-#: padded to 192 (the baseline before RECT-FA); "192/128 native V" is RECT-FA's.
-HEAD_DIMS: dict[str, tuple[int, int, bool]] = {
-    "128/128": (128, 128, False),
-    "192/128 native V": (192, 128, False),
-    "192/192 padded V": (192, 128, True),
-}
-#: how the RoPE part of Q and K enters the score, either one QK^T over the concatenated dims, or two
-#: products (NoPE, RoPE) accumulated into one L0C tile
-ROPE_MODES = ("concat", "split")
-#: the RoPE part's head dim when split (DeepSeek-V3's 64, ``flashlab.rope.DEEPSEEK_V3_ROPE_DIM``)
-ROPE_DIM = 64
 #: tile sizes the explorer offers
 BLOCK_Q_OPTIONS = (16, 32, 64, 128, 256)
 BLOCK_K_OPTIONS = (16, 32, 64, 128, 256, 512)
-#: the chip's HBM bandwidth the profile assumes, in TB/s (an assumption, no official figure)
-DEFAULT_HBM_TB_S = ASCEND_910B.hbm_bandwidth.value / 1e12
-#: AI Cores that share the HBM (one L1 per AI Core)
-N_AI_CORES = ASCEND_910B_CORES
-
-
-def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
-                 base: HardwareProfile = ASCEND_910B_AI_CORE) -> HardwareProfile:
-    """The AI Core profile ``base`` with the chip's HBM bandwidth set to ``hbm_tb_s`` TB/s.
-
-    One core's share, $\\beta_{core} = \\beta_{chip} / 24$, becomes the profile's
-    ``hbm_bandwidth``, and :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves the rate
-    of its load engine (MTE2, GM -> L1) and store engine (MTE3, UB -> GM) with it; every other
-    number of ``base`` stays. The changed numbers are marked as assumptions that name the chosen
-    bandwidth.
-    """
-    if isinstance(hbm_tb_s, bool) or not isinstance(hbm_tb_s, (int, float)) or not hbm_tb_s > 0:
-        raise ValueError(f"hbm_tb_s must be a positive number of TB/s; got {hbm_tb_s!r}")
-    # beta_core = beta_chip / 24
-    share = hbm_tb_s * 1e12 / N_AI_CORES
-    why = f"chip HBM bandwidth set to {hbm_tb_s:g} TB/s, one core's share = 1/{N_AI_CORES} of it"
-    return with_hbm_bandwidth(base, share, why)
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    """One configuration of the tile loop on one AI Core (one q-block of ``block_q`` rows
-    against ``kv_blocks`` kv-blocks of ``block_k`` keys).
-
-    Attributes
-    ----------
-    strategy
-        one of :data:`flashlab.pipeline.schedule.STRATEGIES`
-    n_buffers
-        L1 buffers per operand (used by ``strategy="n_buffers"`` only)
-    block_q
-        tile rows of Q
-    block_k
-        keys per kv-block
-    hbm_tb_s
-        the chip's HBM bandwidth in TB/s (see :func:`core_profile`)
-    head_dims
-        a key of :data:`HEAD_DIMS`
-    rope
-        ``"concat"`` or ``"split"`` (:data:`ROPE_MODES`; split: the last :data:`ROPE_DIM`
-        dims of Q/K are a second matmul)
-    kv_blocks
-        number of kv-blocks (steps of the loop)
-    """
-
-    strategy: str = "ping_pong"
-    n_buffers: int = 2
-    block_q: int = 128
-    block_k: int = 128
-    hbm_tb_s: float = DEFAULT_HBM_TB_S
-    head_dims: str = "192/128 native V"
-    rope: str = "concat"
-    kv_blocks: int = 4
-
-    def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}; got {self.strategy!r}")
-        if self.head_dims not in HEAD_DIMS:
-            raise ValueError(f"head_dims must be one of {tuple(HEAD_DIMS)}; got {self.head_dims!r}")
-        if self.rope not in ROPE_MODES:
-            raise ValueError(f"rope must be one of {ROPE_MODES}; got {self.rope!r}")
-        for name in ("n_buffers", "block_q", "block_k", "kv_blocks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-
-    def profile(self) -> HardwareProfile:
-        """The AI Core profile at this HBM bandwidth."""
-        return core_profile(self.hbm_tb_s)
-
-    def fa_args(self) -> dict:
-        """Keyword arguments of :func:`~flashlab.pipeline.schedule.simulate_fa` (profile included)."""
-        d_qk, d_v, pad_v = HEAD_DIMS[self.head_dims]
-        return dict(profile=self.profile(), strategy=self.strategy, seq_q=self.block_q,
-                    seq_kv=self.kv_blocks * self.block_k, d_qk=d_qk, d_v=d_v,
-                    block_q=self.block_q, block_k=self.block_k, pad_v=pad_v,
-                    split_rope=ROPE_DIM if self.rope == "split" else 0,
-                    n_buffers=self.n_buffers if self.strategy == "n_buffers" else None)
-
-    def label(self) -> str:
-        """A one-line description, e.g. ``"ping_pong, 128x128, D 192/128 native V, 1.6 TB/s"``."""
-        head = (f"n_buffers={self.n_buffers}" if self.strategy == "n_buffers" else self.strategy)
-        rope = ", RoPE split" if self.rope == "split" else ""
-        return (f"{head}, {self.block_q}x{self.block_k}, D {self.head_dims}{rope}, "
-                f"{self.hbm_tb_s:g} TB/s, {self.kv_blocks} kv-blocks")
-
-
-def simulate_settings(settings: PipelineSettings) -> SimResult:
-    """Simulate one configuration (raises ``ValueError`` if its tiles do not fit the buffers)."""
-    if not isinstance(settings, PipelineSettings):
-        raise TypeError(f"settings must be a PipelineSettings; got {type(settings).__name__}")
-    args = settings.fa_args()
-    return simulate_fa(args.pop("profile"), args.pop("strategy"), **args)
-
-
-def run_settings(settings: PipelineSettings) -> tuple[SimResult, SimResult, float]:
-    """``(result, baseline, speedup)``: the configuration, the same shape with ``iterate_all``,
-    and ``speedup = makespan(iterate_all) / makespan(result)``."""
-    result = simulate_settings(settings)
-    if settings.strategy == "iterate_all":
-        baseline = result
-    else:
-        baseline = simulate_settings(dataclasses.replace(settings, strategy="iterate_all"))
-    # speedup = t_iterate_all / t_strategy
-    return result, baseline, baseline.makespan / result.makespan
-
-
-def summary(result: SimResult, baseline: SimResult, speedup: float) -> str:
-    """Plain text: makespan, the ``iterate_all`` makespan and the speedup, the critical engine
-    with its utilization and idle time (all modelled, deterministic)."""
-    idle = sum(b - a for a, b in result.idle_gaps)
-    crit = result.critical_engine
-    return (f"makespan {result.makespan * 1e6:.2f} us; iterate_all {baseline.makespan * 1e6:.2f} us; "
-            f"speedup {speedup:.3f}x. Critical engine {crit}: busy "
-            f"{100 * result.utilization[crit]:.0f}%, idle {idle * 1e6:.2f} us in "
-            f"{len(result.idle_gaps)} gaps")
+#: seconds a change of a control may take (simulate, redraw, encode), median
+CHANGE_TARGET_S = 0.1
 
 
 # ------------------------------------------------------------------------ static fallbacks
@@ -225,8 +90,7 @@ def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int 
 
     from flashlab.viz.gantt import draw_gantt
 
-    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
-        raise ValueError(f"frames must be an int >= 2; got {frames!r}")
+    frames = as_int("frames", frames, lo=2)
     settings = PipelineSettings() if settings is None else settings
     result = simulate_settings(settings)
     fig = draw_gantt(result, unit=unit, utilization=False, legend=True)
@@ -261,12 +125,14 @@ class PipelineExplorer:
 
     Controls: strategy and, for ``n_buffers``, the buffer count; ``block_q``, ``block_k``; the
     chip's HBM bandwidth (TB/s; MTE2 and MTE3 get 1/24 each); the head dims
-    (:data:`HEAD_DIMS`); RoPE concatenated or split; the number of kv-blocks. Every change
-    re-simulates the configuration and its ``iterate_all`` baseline, redraws the Gantt chart
-    with utilization bars, and prints :func:`summary`. A configuration that cannot run (tiles
-    that do not fit L1/L0/UB) shows the error message and no chart.
+    (:data:`~flashlab.pipeline.settings.HEAD_DIMS`); RoPE concatenated or split; the number of
+    kv-blocks. Every change re-simulates the configuration and its ``iterate_all`` baseline,
+    redraws the Gantt chart with utilization bars, and prints
+    :func:`~flashlab.pipeline.settings.summary`. A configuration that cannot run (tiles that
+    do not fit L1/L0/UB) shows the error message and no chart.
 
-    Attributes: ``settings`` (the current :class:`PipelineSettings`), ``result``,
+    Attributes: ``settings`` (the current
+    :class:`~flashlab.pipeline.settings.PipelineSettings`), ``result``,
     ``baseline``, ``speedup`` (``None`` after an error), ``error`` (the message, or ``None``),
     ``figure`` (the last chart). Display it as the last expression of a cell; ``.widget`` is
     the ipywidgets box.
@@ -316,11 +182,12 @@ class PipelineExplorer:
         self.baseline: SimResult | None = None
         self.speedup: float | None = None
         self.error: str | None = None
+        self.view = None       # the GanttView: one figure while the lanes stay the same
         self.figure = None
         self.update()
 
     def read_controls(self) -> PipelineSettings:
-        """The :class:`PipelineSettings` the controls show."""
+        """The :class:`~flashlab.pipeline.settings.PipelineSettings` the controls show."""
         return PipelineSettings(strategy=self.strategy.value, n_buffers=self.n_buffers.value,
                                 block_q=self.block_q.value, block_k=self.block_k.value,
                                 hbm_tb_s=round(float(self.hbm.value), 6),
@@ -347,25 +214,74 @@ class PipelineExplorer:
     def redraw(self) -> None:
         """Draw the current result and put it, as a PNG, in the ``Output`` widget.
 
-        As in :class:`flashlab.widgets.TileExplorer`, the PNG is set on the widget's
-        ``outputs`` directly (not ``with self.out: display(...)``, which leaks figures in
-        kernels driven by nbval or scripts), and the figure is closed in pyplot.
+        The chart is a :class:`~flashlab.viz.gantt.GanttView`: while the lanes stay the same a
+        change redraws the bars on the same figure, with the layout of its first draw, and the
+        PNG costs one Agg draw. As in :class:`flashlab.widgets.TileExplorer`, the PNG is set
+        on the widget's ``outputs`` directly (not ``with self.out: display(...)``, which leaks
+        figures in kernels driven by nbval or scripts).
         """
         if not self.draw_enabled or self.result is None:
             return
-        import matplotlib.pyplot as plt
+        from flashlab.viz.gantt import GanttView
 
-        from flashlab.viz.gantt import draw_gantt
-
-        fig = draw_gantt(self.result)
-        fig.set_dpi(self.dpi)
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-        plt.close(fig)
-        self.figure = fig
-        self.out.outputs = ({"output_type": "display_data", "metadata": {},
-                             "data": {"image/png": base64.b64encode(png.getvalue()).decode("ascii"),
-                                      "text/plain": f"<Gantt chart: {self.settings.label()}>"}},)
+        if self.view is None:
+            self.view = GanttView(dpi=self.dpi)
+        self.figure = self.view.show(self.result)
+        self.out.outputs = (chart_output(self.view.png(), self.settings),)
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def chart_output(png: bytes, settings: PipelineSettings) -> dict:
+    """The ``display_data`` output of a chart: the PNG (base64) and a text stand-in."""
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(png).decode("ascii"),
+                     "text/plain": f"<Gantt chart: {settings.label()}>"}}
+
+
+#: the control changes :func:`pipeline_explorer_change` times, each from the previous settings
+CHANGES: tuple[dict, ...] = (
+    dict(kv_blocks=5), dict(block_k=256), dict(hbm_tb_s=3.2), dict(strategy="self_mte2"),
+    dict(head_dims="128/128"), dict(rope="split"), dict(block_q=64), dict(kv_blocks=6),
+    dict(hbm_tb_s=0.8), dict(strategy="ping_pong"), dict(block_k=128), dict(rope="concat"),
+)
+
+
+def pipeline_explorer_change(dpi: int = 70, repeat: int = 2) -> dict:
+    """Seconds per change of the pipeline explorer: the median over :data:`CHANGES`, ``repeat``
+    times through.
+
+    A change is what :meth:`PipelineExplorer.update` does besides the widget traffic:
+    :func:`~flashlab.pipeline.settings.run_settings` (the configuration and its ``iterate_all``
+    baseline), :func:`~flashlab.pipeline.settings.summary`, the chart
+    (:meth:`flashlab.viz.gantt.GanttView.show` and :meth:`~flashlab.viz.gantt.GanttView.png`)
+    and its output. The chart of the first settings is drawn before timing, as the explorer
+    draws it when it opens. Returns ``{"changes", "median_s", "max_s", "build_s",
+    "figures_built", "target_s"}``.
+    """
+    from flashlab.viz.gantt import GanttView
+
+    dpi = as_int("dpi", dpi, lo=1)
+    repeat = as_int("repeat", repeat, lo=1)
+    settings = PipelineSettings()
+    t0 = time.perf_counter()
+    view = GanttView(dpi=dpi)
+    result, baseline, speedup = run_settings(settings)
+    view.show(result)
+    chart_output(view.png(), settings)
+    build = time.perf_counter() - t0
+    seconds = []
+    for _ in range(repeat):
+        for change in CHANGES:
+            t0 = time.perf_counter()
+            settings = dataclasses.replace(settings, **change)
+            result, baseline, speedup = run_settings(settings)
+            summary(result, baseline, speedup)
+            view.show(result)
+            chart_output(view.png(), settings)
+            seconds.append(time.perf_counter() - t0)
+    seconds.sort()
+    return {"changes": len(seconds), "median_s": seconds[len(seconds) // 2],
+            "max_s": seconds[-1], "build_s": build, "figures_built": view.figures_built,
+            "target_s": CHANGE_TARGET_S}

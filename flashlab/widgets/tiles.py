@@ -1,4 +1,4 @@
-"""Interactive explorers for a live Jupyter kernel, each with a static fallback for the HTML book.
+"""The tile explorer: the forward kernel tile by tile, live and static.
 
 - :class:`TileExplorer`: choose the tile sizes ``Br x Bc``, the lengths ``Sq, Sk`` and a mask;
   step (or play) through the forward kernel tile by tile (:func:`flashlab.walk.walk_forward`),
@@ -18,6 +18,9 @@ import numpy as np
 
 import flashlab
 from flashlab.walk import Walk, walk_forward
+
+__all__ = ["MASK_KINDS", "PLAY_INTERVAL_MS", "PATCH", "demo_problem", "walk_demo", "frame_indices",
+           "tile_walk_animation", "TileExplorer"]
 
 #: the mask kinds the explorer offers
 MASK_KINDS = ("none", "causal", "sliding window", "random dense mask")
