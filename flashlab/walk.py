@@ -24,17 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab.api import compute_dtype
-from flashlab.checks import FORWARD_BLOCK, prepare
 from flashlab.kernels.forward import (finalize_rows, mask_tile, online_softmax_update,
                                       score_tile, tile_fully_masked)
-from flashlab.masks import EMPTY, FULL, PARTIAL, kv_block_range, tile_class
+from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
+from flashlab.tiling import FORWARD_BLOCK
+from flashlab.validation import as_int, prepare
+
+__all__ = ["COMPUTED", "OUTSIDE_BAND", "MASKED_OUT", "TileStep", "Walk", "walk_forward"]
 
 #: why a tile was skipped (``TileStep.reason``); computed tiles have reason ``COMPUTED``
 COMPUTED = "computed"
 OUTSIDE_BAND = "outside the band's key range: never visited"
 MASKED_OUT = "dense mask removes the whole tile: skipped after reading it"
-
-CLASS_NAMES = {EMPTY: "empty", PARTIAL: "partial", FULL: "full"}
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,8 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     """Run the tiled forward for query head ``h`` of batch ``b`` one tile at a time; record it.
 
     Arguments and defaults as :func:`flashlab.flash_attention` (same shapes, same validation
-    through :func:`flashlab.checks.prepare`, same default tiles
-    :data:`~flashlab.checks.FORWARD_BLOCK`, so that a walk with the same arguments is the
+    through :func:`flashlab.validation.prepare`, same default tiles
+    :data:`~flashlab.tiling.FORWARD_BLOCK`, so that a walk with the same arguments is the
     kernel's own walk), plus ``b`` and ``h``: the (batch, query head) to walk. Keep the problem
     small (a few hundred rows): every step copies the q-block's state; to draw a walk with
     several tiles on a small problem, pass small ``block_q``/``block_k`` explicitly.
@@ -129,11 +130,8 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
-    for name, val, hi in (("b", b, B), ("h", h, H)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-            raise TypeError(f"{name} must be an int in [0, {hi}); got {val!r}")
-        if not 0 <= val < hi:
-            raise ValueError(f"{name} must be in [0, {hi}) for inputs of shape {p.q.shape}; got {val}")
+    b = as_int("b", b, lo=0, hi=B - 1, what=f"an int in [0, {B})")
+    h = as_int("h", h, lo=0, hi=H - 1, what=f"an int in [0, {H})")
     ct = compute_dtype(p.dtype)
     # the operands of this (b, h), as the kernel slices them (GQA: kv head h // (H / Hkv))
     hk = h // (H // Hkv)

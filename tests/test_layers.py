@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flashlab.numba_cache", "flashlab.tiling", "flashlab.dataflows", "flashlab.memory",
      "flashlab.viz.code"),
     ("flashlab.dropout", "flashlab.masks", "flashlab.rope"),
-    ("flashlab.validation", "flashlab.checks"),
+    ("flashlab.validation",),
     ("flashlab.reference",),
     ("flashlab.kernels",),
     ("flashlab.api",),

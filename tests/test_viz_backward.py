@@ -46,9 +46,10 @@ def test_backward_over_forward_flops():
     assert ratio(192, 128) == pytest.approx(2.6)
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.0, True, None])
-def test_flops_rejects_bad_sizes(bad):
-    with pytest.raises(ValueError, match="block_q"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
+                                        (True, TypeError), (None, TypeError)])
+def test_flops_rejects_bad_sizes(bad, error):
+    with pytest.raises(error, match="block_q must be"):
         matmul_flops_per_tile(BACKWARD_STEPS, bad, 64, 64, 64)
 
 

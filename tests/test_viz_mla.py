@@ -44,10 +44,12 @@ def test_padding_drawn_only_in_the_padded_panel(dims):
         assert not any(h for _, _, h in native[r])
 
 
-@pytest.mark.parametrize("bad, match", [(dict(d_v=200), "d_v"), (dict(d_rope=0), "d_rope"),
-                                        (dict(d_nope=1.5), "d_nope"), (dict(d_v=True), "d_v")])
-def test_head_dims_figure_rejects_bad_dims(bad, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(d_v=200), ValueError, "d_v"), (dict(d_rope=0), ValueError, "d_rope must be >= 1"),
+    (dict(d_nope=1.5), TypeError, "d_nope must be an int"), (dict(d_v=True), TypeError, "d_v"),
+])
+def test_head_dims_figure_rejects_bad_dims(bad, error, match):
+    with pytest.raises(error, match=match):
         head_dims_figure(**bad)
 
 

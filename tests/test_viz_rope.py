@@ -34,15 +34,15 @@ def test_score_buffers_one_two_one(sizes):
         assert {k for _, _, k in tile_buffers(option, **sizes)} <= set(BUFFER_KINDS)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(option="fused"), "option must be one of"),
-    (dict(option="in place", block_q=0), "block_q"),
-    (dict(option="in place", d_rope=2.0), "d_rope"),
-    (dict(option="concat", block_k=True), "block_k"),
+@pytest.mark.parametrize("kw, error, match", [
+    (dict(option="fused"), ValueError, "option must be one of"),
+    (dict(option="in place", block_q=0), ValueError, "block_q must be >= 1"),
+    (dict(option="in place", d_rope=2.0), TypeError, "d_rope must be an int"),
+    (dict(option="concat", block_k=True), TypeError, "block_k must be an int"),
 ])
-def test_tile_buffers_rejects_bad_arguments(kw, match):
+def test_tile_buffers_rejects_bad_arguments(kw, error, match):
     option = kw.pop("option")
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         tile_buffers(option, **kw)
 
 
@@ -77,7 +77,8 @@ def test_draw_rope_pairs_joins_the_codes_pairs(dim):
     plt.close(fig)
 
 
-@pytest.mark.parametrize("bad", [0, 3, 34, 8.0, True])
-def test_draw_rope_pairs_rejects_bad_dim(bad):
-    with pytest.raises(ValueError, match="dim must be an even int"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (3, ValueError), (34, ValueError),
+                                        (8.0, TypeError), (True, TypeError)])
+def test_draw_rope_pairs_rejects_bad_dim(bad, error):
+    with pytest.raises(error, match="dim must be an even int"):
         draw_rope_pairs(bad)

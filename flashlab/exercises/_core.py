@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["Feedback", "Mistake", "call_student", "tolerance", "diagnose"]
+
 
 @dataclass(frozen=True)
 class Feedback:

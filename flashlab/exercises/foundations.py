@@ -32,7 +32,7 @@ import numpy as np
 from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose, tolerance
 from flashlab.kernels import backward as _backward
 from flashlab.kernels import forward as _forward
-from flashlab.masks import EMPTY, FULL, PARTIAL, allowed, classify_tiles
+from flashlab.masks import EMPTY, FULL, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles
 from flashlab.reference import attention_reference
 
 __all__ = ["check_arithmetic_intensity", "check_softmax", "check_attention",
@@ -636,7 +636,7 @@ def check_band_mask(fn: Callable[[int, int, int, int], np.ndarray]) -> Feedback:
 #: tile grid (sq, sk, block_q, block_k) with a ragged last key block, and the bands to classify
 _TILE_GRID = (24, 28, 8, 6)
 _TILE_BANDS = ((1 << 20, 0), (1 << 20, 3), (3, 1 << 20), (5, 3), (10, -2), (-2, 9), (3, -5))
-_CLASS_NAMES = {EMPTY: "EMPTY", PARTIAL: "PARTIAL", FULL: "FULL"}
+_CLASS_NAMES = {c: name.upper() for c, name in TILE_CLASS_NAMES.items()}
 
 
 def _tile_variant(i0, i1, j0, j1, left, right, mistake):

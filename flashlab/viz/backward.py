@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
+from flashlab.validation import as_int
 from flashlab.viz.style import PALETTE, new_figure
 
 __all__ = ["MATMUL", "VECTOR", "Step", "FORWARD_STEPS", "BACKWARD_STEPS", "matmul_flops_per_tile",
@@ -73,8 +74,7 @@ def matmul_flops_per_tile(steps: tuple[Step, ...], block_q: int, block_k: int,
     2.5
     """
     for name, x in (("block_q", block_q), ("block_k", block_k), ("d_qk", d_qk), ("d_v", d_v)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+        as_int(name, x, lo=1)
     dims = {"qk": d_qk, "v": d_v}
     return sum(2 * block_q * block_k * dims[s.dim] for s in steps if s.kind == MATMUL)
 

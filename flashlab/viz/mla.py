@@ -14,12 +14,12 @@ Colours: :data:`flashlab.viz.style.PALETTE` (``q``, ``k``, ``v``, ``o`` for the 
 """
 from __future__ import annotations
 
-import numbers
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from flashlab.mla import Step, ledger_total
+from flashlab.validation import as_int
 from flashlab.viz.style import PALETTE, markdown_table, new_figure
 
 __all__ = ["PANELS", "head_dims_figure", "ledger_markdown"]
@@ -34,9 +34,8 @@ _PAD = dict(facecolor="white", edgecolor=PALETTE["text"], hatch="///", linewidth
 
 
 def _check_dims(d_nope, d_rope, d_v) -> tuple[int, int, int]:
-    for name, x in (("d_nope", d_nope), ("d_rope", d_rope), ("d_v", d_v)):
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
+    d_nope, d_rope, d_v = (as_int(name, x, lo=1) for name, x in
+                           (("d_nope", d_nope), ("d_rope", d_rope), ("d_v", d_v)))
     if d_v > d_nope + d_rope:
         raise ValueError(f"the padded dataflow pads V up to d_nope + d_rope = {d_nope + d_rope}, "
                          f"so d_v must not exceed it; got d_v={d_v}")
@@ -108,8 +107,7 @@ def ledger_markdown(ledger: list[Step], *, unit: int = 2 ** 20, unit_name: str =
     """
     if not isinstance(ledger, list) or not ledger or not all(isinstance(s, Step) for s in ledger):
         raise TypeError("ledger must be a non-empty list of flashlab.mla.Step (a dataflow's ledger)")
-    if isinstance(unit, bool) or not isinstance(unit, numbers.Integral) or unit < 1:
-        raise ValueError(f"unit must be a number of bytes >= 1 (e.g. 2**20 for MiB); got {unit!r}")
+    unit = as_int("unit", unit, lo=1, what="a number of bytes (e.g. 2**20 for MiB)")
 
     def row(s: Step, bold: bool = False) -> list[str]:
         cells = [s.name, f"{s.flops / 1e6:,.1f}"] + [

@@ -26,6 +26,7 @@ from __future__ import annotations
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from flashlab.rope import pair_indices
+from flashlab.validation import as_int
 from flashlab.viz.style import PALETTE, SERIES, new_figure
 
 __all__ = ["TILE_OPTIONS", "BUFFER_KINDS", "tile_buffers", "draw_score_options", "draw_rope_pairs"]
@@ -38,9 +39,7 @@ BUFFER_KINDS = ("operand", "copy", "score")
 
 
 def _check_size(name: str, x) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {x!r}")
-    return x
+    return as_int(name, x, lo=1)
 
 
 def tile_buffers(option: str, *, block_q: int = 128, block_k: int = 128, d_nope: int = 128,
@@ -152,8 +151,9 @@ def draw_rope_pairs(dim: int = 8, *, dpi: int = 80):
     by an arc labelled with its frequency $\\theta_i$. Returns the figure; its arcs carry
     ``gid = "pair <i>"``.
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2 or dim > 32:
-        raise ValueError(f"dim must be an even int in [2, 32]; got {dim!r}")
+    dim = as_int("dim", dim, what="an even int in [2, 32]")
+    if dim < 2 or dim % 2 or dim > 32:
+        raise ValueError(f"dim must be an even int in [2, 32]; got {dim}")
     fig, ax = new_figure(0.55 * dim + 2.4, 3.2, dpi=dpi)
     rows = (("rotate-half", False, 1.6), ("interleaved", True, 0.0))
     for label, interleaved, y in rows:
