@@ -56,13 +56,13 @@ Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
-from flashlab.validation import FLOAT_DTYPES, as_int, as_real
+from flashlab.arguments import as_bool, as_int, as_real
+from flashlab.validation import FLOAT_DTYPES
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
 
@@ -155,17 +155,13 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slope
                         what="a float in [0, 1)")
     if softmax_scale is not None:
         softmax_scale = as_real("softmax_scale", softmax_scale, what="a real number or None")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool; got {causal!r}")
-    if not isinstance(deterministic, (bool, np.bool_)):
-        raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) for w in window_size)):
+    causal = as_bool("causal", causal)
+    as_bool("deterministic", deterministic)
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise TypeError(f"window_size must be a pair (left, right) of ints; got {window_size!r}")
-    if min(window_size) < -1:
-        raise ValueError(f"window_size must be a pair of ints >= -1 (-1 = unbounded); got {window_size!r}")
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"softcap must be a float (0.0 = off); got {softcap!r}")
+    window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
+                        for side, w in zip(("left", "right"), window_size))
+    softcap = as_real("softcap", softcap, what="a float (0.0 = off)")
     if softcap != 0:
         raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
     seed = as_int("seed", seed, lo=0, hi=2**64 - 1, what="an int in [0, 2**64)")
@@ -312,8 +308,7 @@ def _cu_seqlens(name: str, cu, total: int, what: str) -> np.ndarray:
 
 
 def _max_seqlen(name: str, m, lengths: np.ndarray) -> None:
-    if isinstance(m, bool) or not isinstance(m, numbers.Integral):
-        raise TypeError(f"{name} must be an int; got {m!r}")
+    m = as_int(name, m)
     longest = int(lengths.max(initial=0))
     if m < longest:
         raise ValueError(f"{name} must be >= the longest sequence, {longest}; got {m}")

@@ -52,9 +52,10 @@ its long-context YaRN rescaling of the frequencies is not modelled here.
 """
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
+
+from flashlab.arguments import as_int, as_real
 
 __all__ = ["DEEPSEEK_V3_NOPE_DIM", "DEEPSEEK_V3_ROPE_DIM", "DEEPSEEK_V3_V_DIM",
            "DEEPSEEK_V3_HEADS", "DEEPSEEK_V3_ROPE_BASE", "DEFAULT_BASE", "rope_frequencies",
@@ -76,19 +77,14 @@ DEFAULT_BASE = 10000.0
 
 
 def _check_dim(dim) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
-        raise TypeError(f"dim must be an even int >= 2; got {dim!r}")
-    if dim < 2 or dim % 2:
+    dim = as_int("dim", dim, lo=2, what="an even int >= 2")
+    if dim % 2:
         raise ValueError(f"dim must be an even int >= 2 (features are rotated in pairs); got {dim}")
-    return int(dim)
+    return dim
 
 
 def _check_base(base) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"base must be a real number > 1; got {base!r}")
-    if not np.isfinite(base) or base <= 1:
-        raise ValueError(f"base must be a finite number > 1; got {base}")
-    return float(base)
+    return as_real("base", base, lo=1.0, lo_open=True, what="a real number > 1")
 
 
 def rope_frequencies(dim: int, base: float = DEFAULT_BASE) -> np.ndarray:

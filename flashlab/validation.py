@@ -12,11 +12,11 @@ large: a ``window`` side of ``sys.maxsize`` or ``2**70`` is the unbounded side
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
 from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
@@ -74,46 +74,6 @@ class Problem:
     def drop_threshold(self) -> int:
         """The kernels' integer form of ``dropout_p`` (:func:`flashlab.dropout.keep_threshold`)."""
         return keep_threshold(self.dropout_p)
-
-
-# ------------------------------------------------------------------ one rule per kind of value
-def as_int(name: str, x, *, lo: int | None = None, hi: int | None = None,
-           what: str = "an int") -> int:
-    """``x`` as a Python int: an ``int`` or NumPy integer (never a bool, float or str).
-
-    ``TypeError`` for a wrong type, ``ValueError`` outside ``[lo, hi]``; both name ``name``.
-    """
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be {what}; got {x!r} ({type(x).__name__})")
-    x = int(x)
-    if (lo is not None and x < lo) or (hi is not None and x > hi):
-        bounds = (f">= {lo}" if hi is None else f"<= {hi}" if lo is None else f"in [{lo}, {hi}]")
-        raise ValueError(f"{name} must be {bounds}; got {x}")
-    return x
-
-
-def as_real(name: str, x, *, lo: float | None = None, hi: float | None = None,
-            lo_open: bool = False, hi_open: bool = False, what: str = "a real number") -> float:
-    """``x`` as a finite Python float (ints and NumPy scalars accepted; bools, str rejected)."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be {what}; got {x!r} ({type(x).__name__})")
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"{name} must be finite; got {x}")
-    if hi is None and lo is not None and (x <= lo if lo_open else x < lo):
-        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}; got {x}")
-    if hi is not None and ((lo is not None and (x <= lo if lo_open else x < lo))
-                           or (x >= hi if hi_open else x > hi)):
-        raise ValueError(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}"
-                         f"{')' if hi_open else ']'}; got {x}")
-    return x
-
-
-def as_bool(name: str, x) -> bool:
-    """``x`` as a Python bool: a ``bool`` or ``numpy.bool_`` only (never 0/1, never None)."""
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {x!r} ({type(x).__name__})")
-    return bool(x)
 
 
 def _array4(name: str, x, expected: str) -> np.ndarray:

@@ -16,9 +16,10 @@ plays which buffer role. :mod:`flashlab.pipeline.schedule` turns it into task du
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from flashlab.arguments import as_real
 
 __all__ = ['KiB', 'MiB', 'GiB', 'STATUSES', 'Param', 'MemoryLevel', 'ComputeUnit', 'DataPath', 'BUFFER_ROLES', 'EXCHANGES', 'Engine', 'CoreModel', 'HardwareProfile', 'params']
 
@@ -54,10 +55,7 @@ class Param:
     status: str = "published"
 
     def __post_init__(self):
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
-            raise TypeError(f"Param value must be an int or float; got {self.value!r}")
-        if not math.isfinite(self.value) or self.value < 0:
-            raise ValueError(f"Param value must be finite and >= 0; got {self.value}")
+        as_real("Param value", self.value, lo=0.0, what="an int or float")
         if self.status not in STATUSES:
             raise ValueError(f"Param status must be one of {STATUSES}; got {self.status!r}")
         if not self.source.strip():

@@ -46,6 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from flashlab.arguments import as_int
+
 __all__ = ["Task", "TaskGraph", "Span", "SlotSpan", "SimResult", "simulate", "two_stage_graph",
            "TIME_UNITS"]
 
@@ -250,9 +252,8 @@ def _validate(graph: TaskGraph) -> None:
         raise TypeError(f"graph must be a TaskGraph; got {type(graph).__name__}")
     tasks, n = graph.tasks, len(graph.tasks)
     for name, size in graph.pools.items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"pool {name!r} must have an int >= 1 slots; got {size!r} "
-                             "(a pool of zero buffers can never hold a tile)")
+        # a pool of zero buffers can never hold a tile
+        as_int(f"pool {name!r}'s slot count", size, lo=1, what="an int >= 1")
     released_by: dict[int, int] = {}
     for i, t in enumerate(tasks):
         if not (t.duration >= 0.0) or t.duration == float("inf"):
@@ -265,8 +266,7 @@ def _validate(graph: TaskGraph) -> None:
             if t.acquire not in graph.pools:
                 raise ValueError(f"task {i} ({t.name}) acquires from unknown pool {t.acquire!r}; "
                                  f"pools: {sorted(graph.pools)}")
-            if isinstance(t.slots, bool) or not isinstance(t.slots, int) or t.slots < 1:
-                raise ValueError(f"task {i} ({t.name}) must acquire an int >= 1 slots; got {t.slots!r}")
+            as_int(f"task {i} ({t.name})'s slots", t.slots, lo=1, what="an int >= 1")
             if t.slots > graph.pools[t.acquire]:
                 raise ValueError(f"task {i} ({t.name}) needs {t.slots} slots of pool {t.acquire!r}, "
                                  f"which has only {graph.pools[t.acquire]}")
