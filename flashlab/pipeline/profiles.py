@@ -36,14 +36,15 @@ def _count(n: int, source: str) -> Param:
 _A100_SMS = _count(108, f"{A100_WP}; {FA1}")
 _A100_HBM_BW_40 = Param(1555e9, "B/s", f"{A100_WP} (40GB HBM2); {FA1} gives the range 1.5-2.0 TB/s")
 _A100_HBM_BW_80 = Param(2039e9, "B/s", f"{A100_DS} (HBM2e); also {SEED_002}: 2039 GB/s")
+_A100_PEAK = Param(312e12, "FLOP/s", f"{A100_WP} (dense fp16/bf16 tensor core); {FA1}; {SEED_002}")
+_A100_SRAM_BW = Param(19e12, "B/s", f"{FA1}: 'estimated around 19TB/s'")
 
 
 def _a100(name: str, hbm_gb: int, hbm_bw: Param) -> HardwareProfile:
     return HardwareProfile(
         name=name,
         scope="chip",
-        peak_flops=Param(312e12, "FLOP/s", f"{A100_WP} (dense fp16/bf16 tensor core); {FA1}; "
-                                            f"{SEED_002}"),
+        peak_flops=_A100_PEAK,
         hbm_bandwidth=hbm_bw,
         memories=(
             MemoryLevel("registers", Param(256 * KiB, "B", f"{A100_WP}: 64K 32-bit registers per SM"),
@@ -51,8 +52,7 @@ def _a100(name: str, hbm_gb: int, hbm_bw: Param) -> HardwareProfile:
             MemoryLevel("SRAM (shared memory/L1)",
                         Param(192 * KiB, "B", f"{A100_WP}: 192 KB combined L1/shared memory per SM; "
                                               f"{FA1}"),
-                        _A100_SMS,
-                        Param(19e12, "B/s", f"{FA1}: 'estimated around 19TB/s'"),
+                        _A100_SMS, _A100_SRAM_BW,
                         note="what the FlashAttention paper calls SRAM: on-chip, per SM"),
             MemoryLevel("L2", Param(40e6, "B", f"{A100_WP}: 40 MB; {SEED_002}"),
                         _count(1, "one L2 per chip")),
@@ -62,14 +62,16 @@ def _a100(name: str, hbm_gb: int, hbm_bw: Param) -> HardwareProfile:
                         _count(1, "the host"), Param(12.8e9, "B/s", f"{FA1}: 12.8 GB/s"),
                         note="host memory, reached over PCIe"),
         ),
-        compute=(ComputeUnit("tensor core", Param(312e12, "FLOP/s", f"{A100_WP} (dense fp16)")),),
+        compute=(ComputeUnit("tensor core",
+                             Param(_A100_PEAK.value, "FLOP/s", f"{A100_WP} (dense fp16)")),),
         paths=(
             DataPath("HBM", "L2", "memory controller", A100_WP),
             DataPath("L2", "SRAM (shared memory/L1)", "cp.async / load", A100_WP),
             DataPath("SRAM (shared memory/L1)", "registers", "ld.shared / ldmatrix", A100_WP),
             DataPath("registers", "tensor core", "mma", A100_WP),
         ),
-        notes="108 SMs; the FlashAttention paper's SRAM is the per-SM shared memory, not the L2",
+        notes=f"{_A100_SMS.value:g} SMs; the FlashAttention paper's SRAM is the per-SM shared memory, "
+              "not the L2",
     )
 
 
@@ -83,11 +85,12 @@ A100 = A100_80GB
 # --------------------------------------------------------------------------------------------
 _H100_SMS = _count(132, f"{H100_WP} (H100 SXM5)")
 _H100_HBM_BW = Param(3.35e12, "B/s", f"{H100_DS}: HBM3 3.35 TB/s")
+_H100_PEAK = Param(989.4e12, "FLOP/s", f"{H100_DS}: 1979 TFLOPS fp16 with sparsity, half of it dense")
 
 H100 = HardwareProfile(
     name="NVIDIA H100 SXM5 80GB",
     scope="chip",
-    peak_flops=Param(989.4e12, "FLOP/s", f"{H100_DS}: 1979 TFLOPS fp16 with sparsity, half of it dense"),
+    peak_flops=_H100_PEAK,
     hbm_bandwidth=_H100_HBM_BW,
     memories=(
         MemoryLevel("registers", Param(256 * KiB, "B", f"{H100_WP}: 64K 32-bit registers per SM"),
@@ -100,7 +103,7 @@ H100 = HardwareProfile(
         MemoryLevel("HBM", Param(80e9, "B", f"{H100_DS}: 80 GB HBM3"),
                     _count(1, "one HBM pool per chip"), _H100_HBM_BW),
     ),
-    compute=(ComputeUnit("tensor core", Param(989.4e12, "FLOP/s", f"{H100_DS} (dense fp16)")),),
+    compute=(ComputeUnit("tensor core", Param(_H100_PEAK.value, "FLOP/s", f"{H100_DS} (dense fp16)")),),
     paths=(
         DataPath("HBM", "L2", "memory controller", H100_WP),
         DataPath("L2", "SRAM (shared memory/L1)", "TMA (Tensor Memory Accelerator)", H100_WP),
@@ -305,11 +308,13 @@ A100_SM = _sm(
     Param(164 * KiB, "B", f"{A100_WP}: shared memory configurable up to 164 KB per SM"),
     _A100_CLOCK,
     dict(load="cp.async", store="st.global",
-         l1_to_l0=Engine("ldmatrix", _per_sm(Param(19e12, "B/s", FA1), _A100_SMS, "B/s",
-                                             f"{FA1}: shared memory ~19 TB/s"),
+         l1_to_l0=Engine("ldmatrix", _per_sm(_A100_SRAM_BW, _A100_SMS, "B/s",
+                                             f"{FA1}: shared memory "
+                                             f"~{_A100_SRAM_BW.value / 1e12:g} TB/s"),
                          _cycles(20, _A100_CLOCK, _LAT_ON_CHIP), "shared memory -> registers"),
          matmul=Engine("TENSOR", _per_sm(A100_80GB.peak_flops, _A100_SMS, "MAC/s",
-                                         "312 TFLOPS dense fp16 / 2 FLOP per MAC", per=2.0),
+                                         f"{A100_80GB.peak_flops.value / 1e12:g} TFLOPS dense fp16 "
+                                         "/ 2 FLOP per MAC", per=2.0),
                        _cycles(20, _A100_CLOCK, "filling the tensor core pipeline")),
          mma_m=Param(16, "elements", f"{PTX_ISA}: mma.sync m16n8k16 (fp16)"),
          mma_n=Param(8, "elements", f"{PTX_ISA}: mma.sync m16n8k16 (fp16)"),
@@ -317,7 +322,8 @@ A100_SM = _sm(
          vector=Engine("FP32", _per_sm(Param(19.5e12, "FLOP/s", A100_DS), _A100_SMS, "element/s",
                                        f"{A100_DS}: FP32 19.5 TFLOPS / 2 FLOP per FMA", per=2.0),
                        _cycles(20, _A100_CLOCK, _LAT_ON_CHIP), "the SM's 64 FP32 lanes"),
-         exp_rate=Param(16 * _A100_CLOCK.value, "exp/s", f"{CUDA_GUIDE} x 1410 MHz", "derived")),
+         exp_rate=Param(16 * _A100_CLOCK.value, "exp/s",
+                        f"{CUDA_GUIDE} x {_A100_CLOCK.value / 1e6:g} MHz", "derived")),
 )
 
 H100_SM = _sm(
@@ -326,7 +332,8 @@ H100_SM = _sm(
     _H100_CLOCK,
     dict(load="TMA", store="TMA store",
          matmul=Engine("TENSOR", _per_sm(H100.peak_flops, _H100_SMS, "MAC/s",
-                                         "989.4 TFLOPS dense fp16 / 2 FLOP per MAC", per=2.0),
+                                         f"{H100.peak_flops.value / 1e12:g} TFLOPS dense fp16 "
+                                         "/ 2 FLOP per MAC", per=2.0),
                        _cycles(20, _H100_CLOCK, "filling the tensor core pipeline"),
                        "wgmma reads its operands from shared memory: no separate L1 -> L0 mover"),
          mma_m=Param(64, "elements", f"{PTX_ISA}: wgmma.mma_async m64nNk16 (fp16)"),

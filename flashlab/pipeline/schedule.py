@@ -51,7 +51,8 @@ that the vector softmax of step $t$ overlaps the Cube's $QK_{t+1}$); MTE1, FixPi
 vector follow the Cube's order. With own MTE2 each copy is issued when its buffer can be
 free (see :func:`build_fa_graph`).
 
-**Durations** (from the profile's :class:`~flashlab.pipeline.hardware.CoreModel`): a copy takes
+**Durations** (:class:`Durations`, from the profile's
+:class:`~flashlab.pipeline.hardware.CoreModel`): a copy takes
 latency + bytes / bandwidth; a matmul chunk latency + $\lceil m/16 \rceil \lceil n/16 \rceil
 \lceil k/16 \rceil$ / (1.8 GHz) on the 910B (granules of the matrix unit / its granule rate);
 a vector task latency + element operations / throughput + exponentials / exp rate + the bytes
@@ -65,17 +66,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE, HardwareProfile
+from flashlab.pipeline.params import CoreModel, Engine
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
 from flashlab.validation import as_int, as_real
 
 __all__ = ["STRATEGIES", "KV_SOURCES", "BufferNeed", "FAShape", "resolve_buffers", "l0c_slots",
-           "buffer_needs", "check_fit", "cube_order", "iterate_all_loads", "own_mte2_loads",
-           "build_fa_graph", "simulate_fa", "bench_simulator"]
+           "buffer_needs", "check_fit", "cube_order", "Durations", "FAGraphBuilder",
+           "iterate_all_loads", "own_mte2_loads", "build_fa_graph", "simulate_fa", "bench_simulator"]
 
 #: The strategies of :func:`build_fa_graph`.
 STRATEGIES = ("iterate_all", "self_mte2", "ping_pong", "n_buffers")
@@ -284,48 +285,348 @@ def cube_order(n_steps: int, lookahead: int) -> list[tuple[str, int]]:
     return order
 
 
-class _Loads(NamedTuple):
-    """The MTE2 copies of one graph under construction (closures of :func:`build_fa_graph`):
-    ``q(t, part)``, ``k(t, part)``, ``v(t)``, ``p(t)`` add the copy of step ``t``'s tile to the
-    MTE2 program; ``last_mm(kind, t)`` is the key of matmul ``(kind, t)``'s last Cube task."""
+class Durations:
+    """The durations model: seconds of one task on an engine of ``core``.
 
-    q: Callable
-    k: Callable
-    v: Callable
-    p: Callable
-    last_mm: Callable
+    - :meth:`move`: a copy on MTE2, MTE1, FixPipe or MTE3 (GM, L1, L0, UB);
+    - :meth:`matmul`: one chunk of a matrix product on the Cube (tensor cores on a GPU);
+    - :meth:`vector`: one pass of the Vector units (softmax, rescale, final division).
+
+    The bandwidths a copy can see: ``hbm`` (the load engine's rate, one core's HBM share),
+    ``workspace`` (the GM workspace that stays in L2; the HBM share on a GPU, which has none)
+    and ``kv`` (``hbm``, or ``workspace`` for ``kv_source="l2"`` on Ascend).
+    """
+
+    def __init__(self, core: CoreModel, kv_source: str = "hbm"):
+        self.core = core
+        self.gm = core.exchange == "gm"
+        self.hbm = core.load.rate.value
+        self.workspace = core.workspace_bandwidth.value if self.gm else self.hbm
+        self.kv = self.hbm if kv_source == "hbm" else (self.workspace if self.gm else self.hbm)
+        self.mma = (int(core.mma_m.value), int(core.mma_n.value), int(core.mma_k.value))
+
+    def move(self, engine: Engine, nbytes: float, bw: float) -> float:
+        """A copy of ``nbytes`` on ``engine`` at ``bw`` byte/s."""
+        # t = latency + bytes / bandwidth
+        return engine.latency.value + nbytes / bw
+
+    def matmul(self, m: int, n: int, k: int) -> float:
+        """An ``m x k`` by ``k x n`` product on the matrix unit, in whole granules of
+        ``mma_m x mma_n x mma_k`` MACs ($16^3$ on the Cube)."""
+        mm = self.mma
+        # granules = ceil(m/16) ceil(n/16) ceil(k/16); t = latency + granules * 16^3 / MAC rate
+        g = math.ceil(m / mm[0]) * math.ceil(n / mm[1]) * math.ceil(k / mm[2])
+        return self.core.matmul.latency.value + g * mm[0] * mm[1] * mm[2] / self.core.matmul.rate.value
+
+    def vector(self, ops: float, exps: float = 0.0, read: float = 0.0) -> float:
+        """``ops`` element operations and ``exps`` exponentials on the Vector units, which also
+        read ``read`` bytes from the GM workspace (Ascend; a GPU keeps its tiles in registers)."""
+        core = self.core
+        # t = latency + ops / throughput + exps / exp rate + bytes read / workspace bandwidth
+        return (core.vector.latency.value + ops / core.vector.rate.value
+                + exps / core.exp_rate.value + (read / self.workspace if self.gm else 0.0))
 
 
-def iterate_all_loads(prog: "_Program", loads: _Loads, corder: list, steps: list, parts: tuple,
-                      base_k: int, gm: bool) -> None:
+class FAGraphBuilder:
+    """The tasks of one core's tile loop, stage by stage, collected in a :class:`_Program`.
+
+    :func:`build_fa_graph` runs the stages in this order (each engine's program order is the
+    order its tasks are added):
+
+    1. the loads: :func:`iterate_all_loads` or :func:`own_mte2_loads` call :meth:`load_q`,
+       :meth:`load_k`, :meth:`load_v`, :meth:`load_p` in MTE2's program order;
+    2. :meth:`cube_stage`: per matmul of :func:`cube_order`, MTE1 and Cube chunks
+       (:meth:`bmm1` $S = Q K^T$, :meth:`bmm2` $O_{part} = P V$), the release of its L1
+       buffers (:meth:`free_l1`) and the FixPipe write-back (:meth:`fixpipe`);
+    3. :meth:`vector_stage`: the online softmax (:meth:`softmax`, :meth:`rescale`,
+       :meth:`finish`) and the MTE3 write-backs (:meth:`store_p`, :meth:`store_o`);
+    4. :meth:`pools`: the buffer slots the tasks acquire.
+
+    Task keys: ``("Q", i, part)``, ``("K", t, part)``, ``("V", t)``, ``("Pin", t)`` (MTE2),
+    ``("M1", kind, t, w)`` (MTE1), ``("MM", kind, t, w)`` (Cube), ``("FX", kind, t)``
+    (FixPipe), ``("SM", t)``, ``("RS", t)``, ``("FIN", i)`` (Vector), ``("Pout", t)``,
+    ``("OUT", i)`` (MTE3), with ``kind`` ``"QK"`` or ``"PV"``, ``w`` the chunk and ``part`` 0
+    (nope, or all of $d_{qk}$) or 1 (rope).
+    """
+
+    def __init__(self, core: CoreModel, shape: FAShape, strategy: str, n_buffers: int, *,
+                 lookahead: int, base_k: int, kv_source: str, softmax_ops: float,
+                 rescale_ops: float):
+        self.core, self.shape, self.strategy, self.n_buffers = core, shape, strategy, n_buffers
+        self.base_k, self.softmax_ops, self.rescale_ops = base_k, softmax_ops, rescale_ops
+        self.cost = Durations(core, kv_source)
+        self.gm = core.exchange == "gm"
+        self.db, self.ab, self.dv = shape.dtype_bytes, shape.acc_bytes, shape.d_v_eff
+        # steps t = (q-block i, kv-block j), i-major; the Cube's order of the 2T matmuls
+        self.rows, self.cols = shape.q_rows, shape.kv_cols
+        self.steps = [(i, j) for i in range(len(self.rows)) for j in range(len(self.cols))]
+        self.last_of_block = {i * len(self.cols) + len(self.cols) - 1 for i in range(len(self.rows))}
+        self.corder = cube_order(len(self.steps), lookahead)
+        # QK^T reduction parts: (d_qk,) or (d_qk - r, r), named "" and "r" in task labels
+        self.parts = shape.qk_parts
+        self.part_names = ("", "r") if len(self.parts) == 2 else ("",)
+        self.E_LOAD, self.E_MTE1 = core.load.name, (core.l1_to_l0.name if core.l1_to_l0 else None)
+        self.E_MM, self.E_FIX = core.matmul.name, (core.acc_out.name if core.acc_out else None)
+        self.E_VEC, self.E_STORE = core.vector.name, core.store.name
+        self.prog = _Program(tuple(e for e in (self.E_LOAD, self.E_MTE1, self.E_MM, self.E_FIX,
+                                               self.E_VEC, self.E_STORE) if e))
+
+    def chunks(self, k: int) -> list[int]:
+        """The L0 chunks of a reduction axis of length ``k``: ``base_k`` columns each."""
+        return _cuts(k, self.base_k)
+
+    def last_mm(self, kind: str, t: int) -> tuple:
+        """Key of the last Cube task of matmul ``(kind, t)``."""
+        if kind == "QK":
+            n_work = _n_work(self.parts, self.base_k)
+        else:
+            n_work = len(self.chunks(self.cols[self.steps[t][1]]))
+        return ("MM", kind, t, n_work - 1)
+
+    # ---- loads: GM -> L1 on MTE2 ------------------------------------------------------------
+    def load_q(self, t: int, only: int | None = None) -> None:
+        """$Q_i$ (``rows x d`` per part, ``dtype_bytes`` each) HBM -> L1, into L1's one Q
+        buffer; ``only`` the part ``only`` (split RoPE under ``IterateAll``)."""
+        i = self.steps[t][0]
+        for p, (d, nm) in enumerate(zip(self.parts, self.part_names)):
+            if only is None or p == only:
+                self.prog.add(("Q", i, p), self.E_LOAD, f"Q{nm}{i}",
+                              self.cost.move(self.core.load, self.rows[i] * d * self.db, self.cost.hbm),
+                              acquire="L1.Q" if p == 0 else None,
+                              kind="load_q" if p == 0 else "load_rope", step=t)
+
+    def load_k(self, t: int, only: int | None = None) -> None:
+        """$K_j$ (``cols x d`` per part) HBM or L2 -> an L1 B buffer."""
+        j = self.steps[t][1]
+        for p, (d, nm) in enumerate(zip(self.parts, self.part_names)):
+            if only is None or p == only:
+                self.prog.add(("K", t, p), self.E_LOAD, f"K{nm}{t}",
+                              self.cost.move(self.core.load, self.cols[j] * d * self.db, self.cost.kv),
+                              acquire="L1.B" if p == 0 else None,
+                              kind="load_k" if p == 0 else "load_rope", step=t)
+
+    def load_v(self, t: int) -> None:
+        """$V_j$ (``cols x d_v_eff``: padded to $d_{qk}$ with ``pad_v``) HBM or L2 -> an L1 B
+        buffer."""
+        j = self.steps[t][1]
+        self.prog.add(("V", t), self.E_LOAD, f"V{t}",
+                      self.cost.move(self.core.load, self.cols[j] * self.dv * self.db, self.cost.kv),
+                      acquire="L1.B", kind="load_v", step=t)
+
+    def load_p(self, t: int) -> None:
+        """$P$ (``rows x cols``, fp16) GM workspace -> an L1 A buffer, after MTE3 wrote it
+        (Ascend only: the vector cores hand $P$ to the cube core through GM)."""
+        i, j = self.steps[t]
+        self.prog.add(("Pin", t), self.E_LOAD, f"P{t}",
+                      self.cost.move(self.core.load, self.rows[i] * self.cols[j] * self.db,
+                                     self.cost.workspace),
+                      [("Pout", t)], acquire="L1.A", kind="load_p", step=t)
+
+    # ---- Cube: MTE1 L1 -> L0A / L0B, then the matrix unit into L0C --------------------------
+    def cube_stage(self) -> None:
+        """MTE1, Cube and FixPipe in the Cube's order: per matmul its chunks, the release of
+        its L1 buffers, and (Ascend) its accumulator L0C -> GM."""
+        for kind, t in self.corder:
+            first, last, last_read = self.bmm1(t) if kind == "QK" else self.bmm2(t)
+            self.free_l1(kind, t, last, last_read)
+            if self.gm:
+                self.fixpipe(kind, t, first, last)
+
+    def bmm1(self, t: int) -> tuple:
+        """$S = Q_i K_j^T$ (``rows x cols``), $2 \\cdot rows \\cdot cols \\cdot d_{qk}$ FLOPs:
+        with split RoPE two accumulated products $Q_{nope} K_{nope}^T + Q_{rope} K_{rope}^T$,
+        each in ``base_k`` chunks of the reduction axis."""
+        j = self.steps[t][1]
+        # S = sum over parts and chunks of Q[:, chunk] K[:, chunk]^T, accumulated in L0C
+        work = [(p, c, kc) for p, d in enumerate(self.parts) for c, kc in enumerate(self.chunks(d))]
+        return self._matmul("QK", t, work, b_rows=self.cols[j], out_n=self.cols[j])
+
+    def bmm2(self, t: int) -> tuple:
+        """$O_{part} = P V_j$ (``rows x d_v_eff``), $2 \\cdot rows \\cdot cols \\cdot d_v$ FLOPs
+        ($d_{qk}$ with ``pad_v``), in ``base_k`` chunks of the keys."""
+        j = self.steps[t][1]
+        # O_part = sum over chunks of P[:, chunk] V[chunk, :]
+        work = [(0, c, kc) for c, kc in enumerate(self.chunks(self.cols[j]))]
+        return self._matmul("PV", t, work, b_rows=self.dv, out_n=self.dv)
+
+    def operands(self, kind: str, t: int, p: int) -> list:
+        """Keys of the tasks whose tiles chunk ``p`` of matmul ``(kind, t)`` reads: the L1
+        copies of $Q_i, K_j$ or of $V_j$ and $P$ ($P$ from the softmax's registers on a GPU,
+        where $PV$ also waits for the previous q-block's $O$ to be read out)."""
+        i, j = self.steps[t]
+        if kind == "QK":
+            return [("Q", i, p), ("K", t, p)]
+        data = [("V", t)] + ([("Pin", t)] if self.gm else [("SM", t)])
+        if not self.gm and j == 0 and i > 0:
+            data.append(("FIN", i - 1))  # the O registers are read out before reuse
+        return data
+
+    def _matmul(self, kind: str, t: int, work: list, b_rows: int, out_n: int) -> tuple:
+        """One MTE1 copy and one Cube task per chunk ``(part, c, kc)`` of ``work``; returns the
+        keys ``(first Cube task, last Cube task, last MTE1 copy or None)``."""
+        i, j = self.steps[t]
+        m = self.rows[i]
+        first_key = last_key = last_read = None
+        for w, (p, c, kc) in enumerate(work):
+            label = f"{kind}{self.part_names[p] if kind == 'QK' else ''}{t}.{c}"
+            task_kind = "rope" if (kind == "QK" and p == 1) else kind.lower()
+            data = self.operands(kind, t, p)
+            mm_deps = list(data)
+            if self.E_MTE1:
+                # the A chunk (Q or P, m x kc) and the B chunk (K or V, b_rows x kc): L1 -> L0A / L0B
+                a_bytes = 0 if (kind == "PV" and not self.gm) else m * kc * self.db
+                nbytes = a_bytes + b_rows * kc * self.db
+                l1_to_l0 = self.core.l1_to_l0
+                mte1 = self.prog.add(("M1", kind, t, w), self.E_MTE1, label,
+                                     self.cost.move(l1_to_l0, nbytes, l1_to_l0.rate.value),
+                                     data, acquire="L0", kind=task_kind, step=t)
+                mm_deps = [mte1]
+                last_read = mte1
+            # the first chunk takes an L0C accumulator; each chunk frees its L0A/L0B buffer
+            key = self.prog.add(("MM", kind, t, w), self.E_MM, label, self.cost.matmul(m, out_n, kc),
+                                mm_deps, acquire="L0C" if (self.gm and w == 0) else None,
+                                releases=[("M1", kind, t, w)] if self.E_MTE1 else [],
+                                kind=task_kind, step=t)
+            if first_key is None:
+                first_key = key
+            last_key = key
+        return first_key, last_key, last_read
+
+    def free_l1(self, kind: str, t: int, last_key: tuple, last_read: tuple | None) -> None:
+        """Release the L1 buffers of matmul ``(kind, t)`` ($K_j$; $V_j$ and $P$; $Q_i$ after
+        the q-block's last $QK^T$) after their last read."""
+        i, j = self.steps[t]
+        # the L1 buffers of this matmul's tiles are free again after their last read: with
+        # IterateAll when the API returns (the Cube finished), with own L1 management as soon
+        # as MTE1 has copied the last chunk to L0 (the Cube works from L0)
+        rel = [("K", t, 0)] if kind == "QK" else [("V", t)] + ([("Pin", t)] if self.gm else [])
+        if kind == "QK" and j == len(self.cols) - 1:
+            rel.append(("Q", i, 0))
+        frees = last_key if (self.strategy == "iterate_all" or last_read is None) else last_read
+        self.prog.spec[frees]["releases"] += tuple(rel)
+
+    # ---- write-back: FixPipe L0C -> GM, MTE3 UB -> GM ---------------------------------------
+    def fixpipe(self, kind: str, t: int, first_key: tuple, last_key: tuple) -> None:
+        """$S$ or $O_{part}$ (``rows x cols`` or ``rows x d_v_eff``, fp32) L0C -> GM workspace
+        on FixPipe, after the matmul's last chunk; frees its L0C accumulator."""
+        m = self.rows[self.steps[t][0]]
+        out_n = self.cols[self.steps[t][1]] if kind == "QK" else self.dv
+        out_bytes = m * out_n * self.ab
+        self.prog.add(("FX", kind, t), self.E_FIX, f"{'S' if kind == 'QK' else 'O'}{t}",
+                      self.cost.move(self.core.acc_out, out_bytes, self.cost.workspace), [last_key],
+                      releases=[first_key], kind=kind.lower(), step=t)
+
+    def store_p(self, t: int) -> None:
+        """$P$ (``rows x cols``, fp16) UB -> GM workspace on MTE3, for the cube core's $PV$."""
+        i, j = self.steps[t]
+        m, n = self.rows[i], self.cols[j]
+        self.prog.add(("Pout", t), self.E_STORE, f"P{t}",
+                      self.cost.move(self.core.store, m * n * self.db, self.cost.workspace),
+                      [("SM", t)], kind="load_p", step=t)
+
+    def store_o(self, t: int) -> None:
+        """The q-block's output $O_i$ (``rows x d_v_eff``) UB (registers) -> GM on MTE3."""
+        i = self.steps[t][0]
+        m = self.rows[i]
+        self.prog.add(("OUT", i), self.E_STORE, f"O{i}",
+                      self.cost.move(self.core.store, m * self.dv * self.db, self.core.store.rate.value),
+                      [("FIN", i)], kind="store_o", step=t)
+
+    # ---- Vector: the online softmax ---------------------------------------------------------
+    def vector_stage(self) -> None:
+        """The Vector's program (and MTE3's) in the Cube's order: the softmax after each
+        $QK^T$, the rescale after each $PV$, the final division after a q-block's last $PV$."""
+        for kind, t in self.corder:
+            if kind == "QK":
+                self.softmax(t)
+                if self.gm:
+                    self.store_p(t)
+            else:
+                if self.gm:
+                    self.rescale(t)
+                if t in self.last_of_block:
+                    self.finish(t)
+                    self.store_o(t)
+
+    def softmax(self, t: int) -> None:
+        """The online softmax of step ``t`` on ``rows x cols`` scores: ``softmax_ops``
+        operations and one exponential per score, one exponential per row; on Ascend it reads
+        $S$ (fp32) from the workspace, on a GPU it also rescales $O$ in its registers."""
+        i, j = self.steps[t]
+        m, n = self.rows[i], self.cols[j]
+        if self.gm:
+            # m_new = max(m, rowmax(S)); P = exp(S - m_new); l = e^{m - m_new} l + rowsum(P)
+            self.prog.add(("SM", t), self.E_VEC, f"softmax{t}",
+                          self.cost.vector(m * n * self.softmax_ops, m * n + m, read=m * n * self.ab),
+                          [("FX", "QK", t)], kind="softmax", step=t)
+        else:
+            # same, and O <- e^{m - m_new} O in place: it must wait for the previous PV
+            deps = [self.last_mm("QK", t)] + ([self.last_mm("PV", t - 1)] if j > 0 else [])
+            self.prog.add(("SM", t), self.E_VEC, f"softmax{t}",
+                          self.cost.vector(m * n * self.softmax_ops + m * self.dv, m * n + m), deps,
+                          kind="softmax", step=t)
+
+    def rescale(self, t: int) -> None:
+        """$O \\leftarrow e^{m - m_{new}} O + O_{part}$ on ``rows x d_v_eff`` elements
+        (``rescale_ops`` each), reading $O_{part}$ (fp32) from the workspace (Ascend)."""
+        m = self.rows[self.steps[t][0]]
+        # O <- e^{m - m_new} O + O_part
+        self.prog.add(("RS", t), self.E_VEC, f"rescale{t}",
+                      self.cost.vector(m * self.dv * self.rescale_ops, read=m * self.dv * self.ab),
+                      [("FX", "PV", t)], kind="rescale", step=t)
+
+    def finish(self, t: int) -> None:
+        """$O = O / \\ell$ (``rows x d_v_eff`` divisions) after the q-block's last $PV$."""
+        i = self.steps[t][0]
+        m = self.rows[i]
+        fin_deps = [("RS", t)] if self.gm else [self.last_mm("PV", t)]
+        self.prog.add(("FIN", i), self.E_VEC, f"final{i}", self.cost.vector(m * self.dv), fin_deps,
+                      kind="final", step=t)
+
+    # ---- buffer slots -----------------------------------------------------------------------
+    def pools(self, l0_buffers: int, l0c: int) -> dict[str, int]:
+        """Slots per buffer pool: one L1 Q buffer, ``n_buffers`` L1 B buffers ($K_j$ or $V_j$)
+        and (Ascend) A buffers ($P$), ``l0_buffers`` L0A/L0B chunk pairs, ``l0c``
+        accumulators."""
+        pools = {"L1.Q": 1, "L1.B": self.n_buffers}
+        if self.gm:
+            pools["L1.A"] = self.n_buffers
+        if self.E_MTE1:
+            pools["L0"] = l0_buffers
+        if self.gm:
+            pools["L0C"] = l0c
+        return pools
+
+
+def iterate_all_loads(b: FAGraphBuilder) -> None:
     """MTE2's program under ``IterateAll``: each matmul copies its own operands, after the
     previous matmul's Cube work (and $PV$'s after the softmax: the API is called once $P$ exists)."""
     prev = None
-    for kind, t in corder:
+    for kind, t in b.corder:
         if kind == "QK":
             # split RoPE: two IterateAll calls (nope, then rope), each with its own copies
-            for p in range(len(parts)):
+            for p in range(len(b.parts)):
                 first = []
-                if steps[t][1] == 0:
-                    loads.q(t, p)
-                    first.append(("Q", steps[t][0], p))
-                loads.k(t, p)
+                if b.steps[t][1] == 0:
+                    b.load_q(t, p)
+                    first.append(("Q", b.steps[t][0], p))
+                b.load_k(t, p)
                 first.append(("K", t, p))
                 if prev is not None:
                     for key in first:
-                        prog.depend(key, prev)
-                prev = ("MM", "QK", t, len(_cuts(parts[0], base_k)) - 1)
+                        b.prog.depend(key, prev)
+                prev = ("MM", "QK", t, len(b.chunks(b.parts[0])) - 1)
         else:
-            loads.v(t)
-            if gm:
-                loads.p(t)
-            prog.depend(("V", t), ("SM", t))  # the API is called once P is ready
+            b.load_v(t)
+            if b.gm:
+                b.load_p(t)
+            b.prog.depend(("V", t), ("SM", t))  # the API is called once P is ready
             if prev is not None:
-                prog.depend(("V", t), prev)
-        prev = loads.last_mm(kind, t)
+                b.prog.depend(("V", t), prev)
+        prev = b.last_mm(kind, t)
 
 
-def own_mte2_loads(loads: _Loads, corder: list, steps: list, n_buffers: int, gm: bool) -> None:
+def own_mte2_loads(b: FAGraphBuilder) -> None:
     """MTE2's program with own copies into ``n_buffers`` L1 buffers per operand.
 
     The B tile ($K_t$ or $V_t$) of the matmul at Cube position $c$ is copied once the Cube
@@ -336,18 +637,18 @@ def own_mte2_loads(loads: _Loads, corder: list, steps: list, n_buffers: int, gm:
     schedule cannot deadlock. More buffers move the B copies earlier in the queue — ahead of
     copies of $P$ that the Cube needs sooner.
     """
-    pos = {mat: p for p, mat in enumerate(corder)}
+    pos = {mat: p for p, mat in enumerate(b.corder)}
     queue = []
-    for t, (i, j) in enumerate(steps):
+    for t, (i, j) in enumerate(b.steps):
         if j == 0:
             # Q's one buffer is freed by the last QK of the previous q-block
             at = pos[("QK", t - 1)] + 0.5 if i > 0 else -1.0
-            queue.append(((at, pos[("QK", t)], 0), loads.q, t))
-        for kind, load in (("QK", loads.k), ("PV", loads.v)):
+            queue.append(((at, pos[("QK", t)], 0), b.load_q, t))
+        for kind, load in (("QK", b.load_k), ("PV", b.load_v)):
             c = pos[(kind, t)]
-            queue.append(((max(0, c - n_buffers + 1) - 0.5, c, 0), load, t))
-        if gm:
-            queue.append(((pos[("PV", t)] - 0.5, pos[("PV", t)], 1), loads.p, t))
+            queue.append(((max(0, c - b.n_buffers + 1) - 0.5, c, 0), load, t))
+        if b.gm:
+            queue.append(((pos[("PV", t)] - 0.5, pos[("PV", t)], 1), b.load_p, t))
     for _, load, t in sorted(queue, key=lambda item: item[0]):
         load(t)
 
@@ -428,176 +729,21 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
     check_fit(profile, needs)
     gm = core.exchange == "gm"
     l0c = (l0c_buffers or l0c_slots(profile, shape)) if gm else 0
-
-    # ---- rates -----------------------------------------------------------------------
-    db, ab, dv = dtype_bytes, shape.acc_bytes, shape.d_v_eff
-    hbm = core.load.rate.value
-    ws = core.workspace_bandwidth.value if gm else hbm
-    kv_bw = hbm if kv_source == "hbm" else (ws if gm else hbm)
-    mm = (int(core.mma_m.value), int(core.mma_n.value), int(core.mma_k.value))
-    E_LOAD, E_MTE1 = core.load.name, (core.l1_to_l0.name if core.l1_to_l0 else None)
-    E_MM, E_FIX = core.matmul.name, (core.acc_out.name if core.acc_out else None)
-    E_VEC, E_STORE = core.vector.name, core.store.name
-
-    def move(engine, nbytes: float, bw: float) -> float:
-        # t = latency + bytes / bandwidth
-        return engine.latency.value + nbytes / bw
-
-    def matmul(m: int, n: int, k: int) -> float:
-        # granules = ceil(m/16) ceil(n/16) ceil(k/16); t = latency + granules * 16^3 / MAC rate
-        g = math.ceil(m / mm[0]) * math.ceil(n / mm[1]) * math.ceil(k / mm[2])
-        return core.matmul.latency.value + g * mm[0] * mm[1] * mm[2] / core.matmul.rate.value
-
-    def vector(ops: float, exps: float = 0.0, read: float = 0.0) -> float:
-        # t = latency + ops / throughput + exps / exp rate + bytes read / workspace bandwidth
-        return (core.vector.latency.value + ops / core.vector.rate.value
-                + exps / core.exp_rate.value + (read / ws if gm else 0.0))
-
-    def chunks(k: int) -> list[int]:
-        return _cuts(k, base_k)
-
-    # ---- steps and program orders --------------------------------------------------------
-    rows, cols = shape.q_rows, shape.kv_cols
-    steps = [(i, j) for i in range(len(rows)) for j in range(len(cols))]
-    T = len(steps)
-    last_of_block = {i * len(cols) + len(cols) - 1 for i in range(len(rows))}
-    corder = cube_order(T, lookahead)
-    engines = tuple(e for e in (E_LOAD, E_MTE1, E_MM, E_FIX, E_VEC, E_STORE) if e)
-    prog = _Program(engines)
-    parts = shape.qk_parts
-    part_names = ("", "r") if len(parts) == 2 else ("",)
-
-    # ---- load engine (MTE2): Q, K, V (and P on Ascend) in the strategy's order ---------------
-    def load_q(t: int, only: int | None = None) -> None:
-        i = steps[t][0]
-        for p, (d, nm) in enumerate(zip(parts, part_names)):
-            if only is None or p == only:
-                prog.add(("Q", i, p), E_LOAD, f"Q{nm}{i}", move(core.load, rows[i] * d * db, hbm),
-                         acquire="L1.Q" if p == 0 else None,
-                         kind="load_q" if p == 0 else "load_rope", step=t)
-
-    def load_k(t: int, only: int | None = None) -> None:
-        j = steps[t][1]
-        for p, (d, nm) in enumerate(zip(parts, part_names)):
-            if only is None or p == only:
-                prog.add(("K", t, p), E_LOAD, f"K{nm}{t}", move(core.load, cols[j] * d * db, kv_bw),
-                         acquire="L1.B" if p == 0 else None,
-                         kind="load_k" if p == 0 else "load_rope", step=t)
-
-    def load_v(t: int) -> None:
-        i, j = steps[t]
-        prog.add(("V", t), E_LOAD, f"V{t}", move(core.load, cols[j] * dv * db, kv_bw),
-                 acquire="L1.B", kind="load_v", step=t)
-
-    def load_p(t: int) -> None:
-        i, j = steps[t]
-        prog.add(("Pin", t), E_LOAD, f"P{t}", move(core.load, rows[i] * cols[j] * db, ws),
-                 [("Pout", t)], acquire="L1.A", kind="load_p", step=t)
-
-    def last_mm(kind: str, t: int) -> tuple:
-        """Key of the last Cube task of matmul (kind, t)."""
-        n_work = _n_work(parts, base_k) if kind == "QK" else len(chunks(cols[steps[t][1]]))
-        return ("MM", kind, t, n_work - 1)
-
-    loads = _Loads(load_q, load_k, load_v, load_p, last_mm)
+    b = FAGraphBuilder(core, shape, strategy, nb, lookahead=lookahead, base_k=base_k,
+                       kv_source=kv_source, softmax_ops=softmax_ops, rescale_ops=rescale_ops)
+    # 1. MTE2: Q, K, V (and P on Ascend) in the strategy's order
     if strategy == "iterate_all":
-        iterate_all_loads(prog, loads, corder, steps, parts, base_k, gm)
+        iterate_all_loads(b)
     else:
-        own_mte2_loads(loads, corder, steps, nb, gm)
-
-    # ---- MTE1, Cube, FixPipe in the Cube's order ---------------------------------------------
-    for kind, t in corder:
-        i, j = steps[t]
-        m, n = rows[i], cols[j]
-        if kind == "QK":
-            # S = sum over parts and chunks of Q[:, chunk] K[:, chunk]^T, accumulated in L0C
-            work = [(p, c, kc) for p, d in enumerate(parts) for c, kc in enumerate(chunks(d))]
-            a_rows, b_rows, out_n = m, n, n
-        else:
-            # O_part = sum over chunks of P[:, chunk] V[chunk, :]
-            work = [(0, c, kc) for c, kc in enumerate(chunks(n))]
-            a_rows, b_rows, out_n = m, dv, dv
-        first_key = last_key = last_read = None
-        for w, (p, c, kc) in enumerate(work):
-            label = f"{kind}{part_names[p] if kind == 'QK' else ''}{t}.{c}"
-            task_kind = "rope" if (kind == "QK" and p == 1) else kind.lower()
-            data = ([("Q", i, p), ("K", t, p)] if kind == "QK"
-                    else [("V", t)] + ([("Pin", t)] if gm else [("SM", t)]))
-            if kind == "PV" and not gm and j == 0 and i > 0:
-                data.append(("FIN", i - 1))  # the O registers are read out before reuse
-            mm_deps = list(data)
-            if E_MTE1:
-                # the A chunk (Q or P) and the B chunk (K or V): L1 -> L0A / L0B
-                a_bytes = 0 if (kind == "PV" and not gm) else a_rows * kc * db
-                nbytes = a_bytes + b_rows * kc * db
-                mte1 = prog.add(("M1", kind, t, w), E_MTE1, label,
-                                move(core.l1_to_l0, nbytes, core.l1_to_l0.rate.value),
-                                data, acquire="L0", kind=task_kind, step=t)
-                mm_deps = [mte1]
-                last_read = mte1
-            key = prog.add(("MM", kind, t, w), E_MM, label, matmul(m, out_n, kc), mm_deps,
-                           acquire="L0C" if (gm and w == 0) else None,
-                           releases=[("M1", kind, t, w)] if E_MTE1 else [],
-                           kind=task_kind, step=t)
-            if first_key is None:
-                first_key = key
-            last_key = key
-        # the L1 buffers of this matmul's tiles are free again after their last read: with
-        # IterateAll when the API returns (the Cube finished), with own L1 management as soon
-        # as MTE1 has copied the last chunk to L0 (the Cube works from L0)
-        rel = [("K", t, 0)] if kind == "QK" else [("V", t)] + ([("Pin", t)] if gm else [])
-        if kind == "QK" and j == len(cols) - 1:
-            rel.append(("Q", i, 0))
-        frees = last_key if (strategy == "iterate_all" or last_read is None) else last_read
-        prog.spec[frees]["releases"] += tuple(rel)
-        if gm:
-            out_bytes = m * out_n * ab
-            prog.add(("FX", kind, t), E_FIX, f"{'S' if kind == 'QK' else 'O'}{t}",
-                     move(core.acc_out, out_bytes, ws), [last_key], releases=[first_key],
-                     kind=kind.lower(), step=t)
-
-    # ---- vector and store -------------------------------------------------------------------
-    for kind, t in corder:
-        i, j = steps[t]
-        m, n = rows[i], cols[j]
-        if kind == "QK":
-            if gm:
-                # m_new = max(m, rowmax(S)); P = exp(S - m_new); l = e^{m - m_new} l + rowsum(P)
-                prog.add(("SM", t), E_VEC, f"softmax{t}",
-                         vector(m * n * softmax_ops, m * n + m, read=m * n * ab), [("FX", "QK", t)],
-                         kind="softmax", step=t)
-                prog.add(("Pout", t), E_STORE, f"P{t}", move(core.store, m * n * db, ws), [("SM", t)],
-                         kind="load_p", step=t)
-            else:
-                # same, and O <- e^{m - m_new} O in place: it must wait for the previous PV
-                deps = [last_mm("QK", t)] + ([last_mm("PV", t - 1)] if j > 0 else [])
-                prog.add(("SM", t), E_VEC, f"softmax{t}",
-                         vector(m * n * softmax_ops + m * dv, m * n + m), deps,
-                         kind="softmax", step=t)
-        else:
-            if gm:
-                # O <- e^{m - m_new} O + O_part
-                prog.add(("RS", t), E_VEC, f"rescale{t}",
-                         vector(m * dv * rescale_ops, read=m * dv * ab), [("FX", "PV", t)],
-                         kind="rescale", step=t)
-            if t in last_of_block:
-                # O = O / l, then O -> GM
-                fin_deps = [("RS", t)] if gm else [last_mm("PV", t)]
-                prog.add(("FIN", i), E_VEC, f"final{i}", vector(m * dv), fin_deps,
-                         kind="final", step=t)
-                prog.add(("OUT", i), E_STORE, f"O{i}",
-                         move(core.store, m * dv * db, core.store.rate.value), [("FIN", i)],
-                         kind="store_o", step=t)
-
-    pools = {"L1.Q": 1, "L1.B": nb}
-    if gm:
-        pools["L1.A"] = nb
-    if E_MTE1:
-        pools["L0"] = l0_buffers
-    if gm:
-        pools["L0C"] = l0c
-    info = _info(profile, strategy, nb, shape, lookahead, kv_source, needs, pools, steps, T)
-    return prog.graph(pools, info)
+        own_mte2_loads(b)
+    # 2. MTE1, Cube and FixPipe in the Cube's order
+    b.cube_stage()
+    # 3. Vector and MTE3 in the same order
+    b.vector_stage()
+    # 4. the buffer slots the tasks acquire and release
+    pools = b.pools(l0_buffers, l0c)
+    info = _info(profile, strategy, nb, shape, lookahead, kv_source, needs, pools, b.steps, len(b.steps))
+    return b.prog.graph(pools, info)
 
 
 def _n_work(parts: tuple[int, ...], base_k: int) -> int:
