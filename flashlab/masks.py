@@ -153,16 +153,3 @@ def classify_tiles(sq: int, sk: int, block_q: int, block_k: int, left: int, righ
             out[a, b] = c
     return out
 
-
-# The CANN sparse_mode names below moved to flashlab.cann.sparse_modes; book/masks.ipynb still
-# reads them as flashlab.masks.X. Resolved lazily (on first use, not at import) so that this
-# module stays below flashlab.cann; remove once the notebook imports flashlab.cann.sparse_modes.
-_MOVED_TO_CANN = frozenset({"CANN_COMPRESSED", "SPARSE_MODES", "SparseMode", "compressed_mask",
-                            "sparse_mode_band", "prefix_mask", "varlen_sequence_mode"})
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_CANN:
-        from flashlab.cann import sparse_modes
-        return getattr(sparse_modes, name)
-    raise AttributeError(f"module 'flashlab.masks' has no attribute {name!r}")

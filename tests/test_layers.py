@@ -41,10 +41,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("flashlab.bench",),
 ]
 
-#: upward edges tolerated until the protected files that need them are updated (phase B):
-#: book/masks.ipynb reads the CANN sparse-mode tables as ``flashlab.masks.X``, which masks
-#: resolves lazily from flashlab.cann (a module ``__getattr__``, never run at import).
-ALLOWED_UPWARD = {("flashlab.masks", "flashlab.cann")}
+#: upward edges tolerated, each with its reason (none today)
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:

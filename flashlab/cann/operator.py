@@ -127,7 +127,7 @@ from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 from flashlab.validation import as_real, prepare
 
-__all__ = ["flash_attention_score", "flash_attention_score_grad"]
+__all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
 
 
 def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) -> float:
@@ -411,11 +411,16 @@ def _softmax_operand(name: str, x, st: Setup) -> np.ndarray:
     return _stats_in(x, st)
 
 
-def _lse_from_stats(m: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """LSE = max + log(sum); -inf for a row with no allowed key.
+def lse_from_stats(m: np.ndarray, s: np.ndarray) -> np.ndarray:
+    r"""The log-sum-exp of each row from the operator's softmax statistics:
+    $\mathrm{LSE} = m + \log s$, and $-\infty$ for a row with no allowed key.
 
-    Such a row is written (float32 lowest, float32 max) by the forward and the device; a row
-    given as (-inf, 0), the other usual way to write "no key", is read the same way.
+    ``m`` and ``s`` are one copy of ``softmax_max`` and ``softmax_sum`` (any shape, e.g.
+    ``softmax_max[..., 0]`` of the ``[..., 8]`` outputs). A row with no allowed key is written
+    as (max, sum) = (-3.4028235e38, 3.4028235e38), float32's lowest and largest values, by
+    :func:`flash_attention_score` and the device; a row given as (-inf, 0), the other usual
+    way to write "no key", is read the same way. Raises ``ValueError`` for any other row
+    without a finite max and a positive sum.
     """
     empty = (m <= EMPTY_ROW_MAX) | (s == 0.0)
     bad = ~empty & ~(np.isfinite(m) & np.isfinite(s) & (s > 0.0))
@@ -477,7 +482,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     d = st.dims
     do = _grad_operand("dy", dy, st, d.Dv)
     o = _grad_operand("attention_in", attention_in, st, d.Dv)
-    lse = _lse_from_stats(_softmax_operand("softmax_max", softmax_max, st),
+    lse = lse_from_stats(_softmax_operand("softmax_max", softmax_max, st),
                           _softmax_operand("softmax_sum", softmax_sum, st))
     ct = st.q.dtype
     dq, dk, dv = (np.zeros(x.shape, dtype=ct) for x in (st.q, st.k, st.v))
