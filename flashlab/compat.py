@@ -46,7 +46,7 @@ without its in-place outputs). flashlab's backward is always deterministic, so
 
 **Dropout** follows :mod:`flashlab.dropout`: the keep mask is a function of ``(seed, offset,
 position)``, so the backward recomputes it from the same ``seed``; pass a fresh ``seed`` per
-step (flash_attn draws it from torch's generator, :mod:`flashlab.torch_attention` does the
+step (flash_attn draws it from torch's generator, ``flashlab.torch_attention`` does the
 same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``offset = sum over earlier sequences of H * sq * sk``, so no two sequences share counters.
 **ALiBi** adds ``-slope_h * |i + Sk - Sq - j|`` to the scores (``alibi_slopes`` ``(H,)`` or

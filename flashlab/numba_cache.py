@@ -90,6 +90,6 @@ def choose_cache() -> tuple[bool, str | None]:
 
 #: whether ``@njit`` functions cache their machine code on disk
 CACHE: bool
-#: the folder the cache is in when it is not beside the source (None: Numba's default)
+#: the folder the cache is in when it is not beside the source, or None for Numba's default
 CACHE_DIR: str | None
 CACHE, CACHE_DIR = choose_cache()

@@ -128,7 +128,8 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             block_k=FORWARD_BLOCK[1]) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
-    Arguments and defaults as :func:`flashlab.flash_attention` (tiles :data:`FORWARD_BLOCK`).
+    Arguments and defaults as :func:`flashlab.flash_attention` (tiles
+    :data:`~flashlab.tiling.FORWARD_BLOCK`).
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
     value; the message names the argument and the expected shape or value.
     """

@@ -50,7 +50,7 @@ ESTIMATES = {
     "cpu": "CPU measurement",
 }
 
-#: how close an estimate must be to count as consistent: this share of the figure's effect
+#: how close an estimate must be to count as consistent, as a share of the figure's effect
 TOLERANCE = 0.25
 
 
@@ -89,16 +89,25 @@ class VendorRow:
 
     Attributes
     ----------
-    key : short name (``"fa_forward"``, ...), the handle chapters use
-    figure : the figure as the vendor states it, with its setting
-    vendor : its value: a speedup (1.30 for +30 %), a share or cut (0.135), a step gain (0.048)
+    key
+        short name (``"fa_forward"``, ...), the handle chapters use
+    figure
+        the figure as the vendor states it, with its setting
+    vendor
+        its value, a speedup (1.30 for +30 %), a share or cut (0.135), a step gain (0.048)
         or bytes
-    kind : ``"speedup"``, ``"share"``, ``"cut"``, ``"step gain"`` or ``"memory"``
-    source : the bibliography key of the page that gives it
-    where : the sentence of the source, in its words
-    compares : what the vendor's number and ours measure (they differ: said here)
-    estimates : :data:`ESTIMATES` key -> :class:`Estimate`
-    verdict : computed by :func:`verdict`
+    kind
+        ``"speedup"``, ``"share"``, ``"cut"``, ``"step gain"`` or ``"memory"``
+    source
+        the bibliography key of the page that gives it
+    where
+        the sentence of the source, in its words
+    compares
+        what the vendor's number and ours measure (where they differ, it is said here)
+    estimates
+        :data:`ESTIMATES` key -> :class:`Estimate`
+    verdict
+        computed by :func:`verdict`
     """
 
     key: str

@@ -125,7 +125,7 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     """Turn the operator's mask arguments into kernel calls, checking every one of them.
 
     ``seqs`` is None for the B, N, S, D layouts and the TND sequences ``(q0, q1, k0, k1)``
-    otherwise. Returns the ``Call`` list that :func:`flash_attention_score`, its grad
+    otherwise. Returns the ``Call`` list that :func:`~flashlab.cann.operator.flash_attention_score`, its grad
     and :func:`sparse_mode_mask` all run through, so what is drawn is what is computed.
     Without ``atten_mask`` every mode is full attention (the operator ignores ``sparse_mode``,
     ``pre_tokens``, ``next_tokens`` then).

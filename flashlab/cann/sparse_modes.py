@@ -89,7 +89,7 @@ def compressed_mask(mode: int) -> np.ndarray:
 
 def sparse_mode_band(mode: int, sq: int, sk: int, pre_tokens: int = 2147483647,
                      next_tokens: int = 2147483647, prefix: int | None = None) -> tuple[int, int]:
-    """Band ``(left, right)`` (top-left, as :func:`band_from`) of ``mode`` for one sequence ``sq x sk``.
+    """Band ``(left, right)`` (top-left, as :func:`~flashlab.masks.band_from`) of ``mode`` for one sequence ``sq x sk``.
 
     Modes 7 and 8 mix modes per sequence: pick the sequence's own mode with
     :func:`varlen_sequence_mode` first. For the prefix modes 5 and 6 the band is only the

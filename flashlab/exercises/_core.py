@@ -106,7 +106,7 @@ def diagnose(exercise: str, got: Any, expected: np.ndarray, *, what: str,
     (within ``rtol``/``atol``), then each known mistake in turn (the first whose answer
     matches ``got`` names the problem), and last a generic message giving the largest error
     and where it is. ``what`` names the quantity in messages ("o", "the row maxima m").
-    A float32 or float16 ``got`` is judged within its own rounding (:func:`tolerance`).
+    A float32 or float16 ``got`` is judged within its own rounding (``tolerance``).
     """
     rtol, atol = tolerance(got, rtol, atol)
     if got is None:

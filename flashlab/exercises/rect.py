@@ -2,7 +2,7 @@ r"""Checkers for the coding exercises of the RECT-FA chapters (MLA, RoPE split, 
 RECT-FA end to end, performance).
 
 Each checker builds small seeded inputs, calls the reader's function through
-:func:`~flashlab.exercises._core.call_student`, computes the right answer with ``flashlab``'s
+:func:`~flashlab.exercises.call_student`, computes the right answer with ``flashlab``'s
 own code (the kernel's ``score_tile``, :func:`flashlab.rope.apply_rope`, the pipeline
 simulator, :mod:`flashlab.cost`), computes what each *known mistake* gives on the same inputs,
 and returns a :class:`~flashlab.exercises._core.Feedback` whose message names the mistake.

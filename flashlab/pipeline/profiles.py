@@ -357,5 +357,5 @@ PROFILES: dict[str, HardwareProfile] = {
     "h100-sm": H100_SM,
 }
 
-#: the number of AI Cores (cube cores) of an Ascend 910B: the chip's peak over one core's
+#: the number of AI Cores (cube cores) of an Ascend 910B, the chip's peak over one core's
 ASCEND_910B_CORES = int(_N_AIC.value)

@@ -37,7 +37,7 @@ def replay_tiles(result: SimResult, k: np.ndarray, v: np.ndarray, block_k: int, 
     k : (Sk, Dqk) and v : (Sk, Dv), one head's keys and values
     block_k : rows per kv-block; base_k : the chunk width of ``build_fa_graph`` (its default 64)
     slot : ``slot(i)`` -> the L1 slot copy task ``i`` writes; default the simulator's choice
-        (pass ``lambda i: 0`` to see what a single shared buffer would do)
+    (pass ``lambda i: 0`` to see what a single shared buffer would do)
 
     Returns ``{("K", step): (block_k, Dqk) tile, ("V", step): (block_k, Dv) tile}``.
     Copies overwrite at their start and reads see the slot at their end; at equal times reads

@@ -60,8 +60,9 @@ def bound(profile: HardwareProfile, intensity: float) -> str:
     return "memory" if intensity < ridge_point(profile) else "compute"
 
 
-#: the engines of a :class:`CoreModel` that stream to and from main memory: their rate is the
-#: core's share of the HBM bandwidth (the profile's ``hbm_bandwidth``), see :func:`with_hbm_bandwidth`
+#: the engines of a :class:`~flashlab.pipeline.params.CoreModel` that stream to and from main
+#: memory; their rate is the core's share of the HBM bandwidth (the profile's
+#: ``hbm_bandwidth``), see :func:`with_hbm_bandwidth`
 HBM_ENGINES = ("load", "store")
 #: the memory levels that *are* main memory (their ``bandwidth`` is the whole chip's HBM rate)
 MAIN_MEMORY_LEVELS = ("HBM", "GM")

@@ -328,7 +328,7 @@ class Durations:
 
 
 class FAGraphBuilder:
-    """The tasks of one core's tile loop, stage by stage, collected in a :class:`_Program`.
+    """The tasks of one core's tile loop, stage by stage, collected in a ``_Program``.
 
     :func:`build_fa_graph` runs the stages in this order (each engine's program order is the
     order its tasks are added):
@@ -773,7 +773,7 @@ def simulate_fa(profile, strategy: str, seq_q: int, seq_kv: int, d_qk: int, d_v:
 
     Builds the task graph with :func:`build_fa_graph` (same
     arguments; ``options`` are its keyword options ``n_buffers``, ``pad_v``, ``split_rope``,
-    ``lookahead``, ...) and runs :func:`simulate`. The result has ``.makespan`` (seconds),
+    ``lookahead``, ...) and runs :func:`~flashlab.pipeline.simulate.simulate`. The result has ``.makespan`` (seconds),
     ``.timeline``, ``.utilization``, ``.occupancy`` and ``.graph.info`` (shapes, bytes moved,
     FLOPs, the buffer plan).
     """

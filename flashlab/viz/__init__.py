@@ -12,7 +12,7 @@
 - :mod:`flashlab.viz.sparse_modes` — the CANN ``sparse_mode`` masks, drawn from the operator's code.
 - :mod:`flashlab.viz.gantt` — Gantt charts of the AI Core pipeline model, with buffer lanes.
 - :mod:`flashlab.viz.performance` — the machine's roofline and benchmark results against N.
-- :mod:`flashlab.viz.code` — :func:`show_source`, the package's code shown in a chapter.
+- :mod:`flashlab.viz.code` — :func:`~flashlab.viz.code.show_source`, the package's code shown in a chapter.
 """
 from flashlab.viz.style import PALETTE, SERIES, animation_html, markdown_table, new_figure
 

@@ -36,8 +36,9 @@ from flashlab.validation import as_int
 __all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
            "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES", "pipeline_explorer_change"]
 
-#: tile sizes the explorer offers
+#: the explorer's choices of ``block_q``
 BLOCK_Q_OPTIONS = (16, 32, 64, 128, 256)
+#: the explorer's choices of ``block_k``
 BLOCK_K_OPTIONS = (16, 32, 64, 128, 256, 512)
 #: seconds a change of a control may take (simulate, redraw, encode), median
 CHANGE_TARGET_S = 0.1
