@@ -15,8 +15,9 @@ Submodules: ``masks`` (the mask model), ``dropout`` (the counter-based dropout m
 ``compat`` (flash_attn's ``flash_attn_func``/``flash_attn_varlen_func`` on numpy arrays),
 ``torch_attention`` (an autograd Function, needs torch), ``cost`` (analytic costs), ``walk``
 (the forward one tile at a time), ``pipeline`` (hardware profiles), ``viz`` (drawings),
-``widgets`` (explorers, needs ipywidgets), ``bench`` (``python -m flashlab.bench``),
-``numba_cache`` (where compiled kernels are cached; read-only installs).
+``widgets`` (the tile and pipeline explorers; their live controls need ipywidgets),
+``bench`` (``python -m flashlab.bench``), ``numba_cache`` (where compiled kernels are cached;
+read-only installs).
 """
 from flashlab.api import flash_attention, flash_attention_backward, tiles_computed
 from flashlab.cann import flash_attention_score, flash_attention_score_grad

@@ -9,6 +9,10 @@
   builds and simulates it.
 - :mod:`flashlab.pipeline.simulate` — the discrete-event simulator of in-order engines with
   buffer slots: timeline, makespan, utilization, idle gaps.
+- :mod:`flashlab.pipeline.settings` — one design point of the tile loop
+  (:class:`~flashlab.pipeline.settings.PipelineSettings`: strategy, tiles, HBM bandwidth, head
+  dims, RoPE, kv-blocks), simulated against the ``iterate_all`` baseline; the pipeline
+  explorer's model.
 """
 from flashlab.pipeline.hardware import (
     A100, A100_40GB, A100_80GB, A100_SM, ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORE_MODEL,
