@@ -1,6 +1,7 @@
-"""flashlab.pipeline.settings and flashlab.widgets.pipeline: the settings map to the simulator's arguments, the bandwidth moves
-MTE2/MTE3, the explorer follows its controls and shows errors instead of raising, and the static
-fallbacks (grid, animation) have the expected panels and frames."""
+"""flashlab.pipeline.settings and flashlab.widgets.pipeline: the settings map to the simulator's
+arguments, the bandwidth moves MTE2/MTE3, the explorer follows its controls, shows errors
+instead of raising and redraws in place (viz.gantt.GanttView), and the static fallbacks (grid,
+animation) have the expected panels and frames."""
 from __future__ import annotations
 
 import dataclasses
@@ -246,7 +247,8 @@ def test_gantt_view_keeps_a_few_frames_and_frees_the_rest():
               dict(strategy="ping_pong", rope="split")]
     figures = []
     for shape in shapes:
-        figures.append(weakref.ref(view.show(run_settings(PipelineSettings(kv_blocks=2, **shape))[0])))
+        result = run_settings(PipelineSettings(kv_blocks=2, **shape))[0]
+        figures.append(weakref.ref(view.show(result)))
         view.png()
     assert view.figures_built == len(shapes) == GanttView.FRAMES_KEPT + 1
     gc.collect()

@@ -241,8 +241,8 @@ class GanttView:
     and renders the parts a frame fixes -- legend, lane labels, the utilization axis -- once,
     as a background; :meth:`png` then restores that background and draws only the parts a
     result changes (bars, their labels, the axes with the critical engine's lane label, the
-    title, the utilization bars) before encoding. The figures are not registered with pyplot, so a notebook never shows a stray
-    copy of them.
+    title, the utilization bars) before encoding. The figures are closed in pyplot, so a
+    notebook never shows a stray copy of them.
     """
 
     #: figures kept, one per frame, most recent last (e.g. ping-pong and single-buffer lanes)
@@ -253,7 +253,6 @@ class GanttView:
         self.fig: Figure | None = None
         self.frame: tuple | None = None
         self.figures_built = 0
-        self.draws = 0           # full renders of a figure (one per built figure)
         self._kept: dict[tuple, tuple[Figure, object]] = {}   # frame -> (figure, background)
 
     @staticmethod
@@ -281,8 +280,8 @@ class GanttView:
             self.figures_built += 1
             self.fig = fig
             return fig
-        fig, _ = self._kept.pop(frame)
-        self._kept[frame] = (fig, _)             # most recently used last
+        fig, background = self._kept.pop(frame)
+        self._kept[frame] = (fig, background)    # most recently used last
         self.fig = fig
         ax, ux = fig.axes[:2]
         for a in (ax, ux):
@@ -300,23 +299,22 @@ class GanttView:
     def _changing(self) -> list:
         """The artists a result changes, in drawing order (lowest zorder first)."""
         ax, ux = self.fig.axes[:2]
-        out = [ax.xaxis, ax.yaxis, *ax.collections, *ax.patches, *ax.lines, *ax.texts, *ax.spines.values(),
-               ax.title, *ux.patches, *ux.texts, *ux.spines.values()]
+        out = [ax.xaxis, ax.yaxis, *ax.collections, *ax.patches, *ax.lines, *ax.texts,
+               *ax.spines.values(), ax.title, *ux.patches, *ux.texts, *ux.spines.values()]
         return sorted(out, key=lambda a: a.get_zorder())
 
     def png(self) -> bytes:
         """The chart as PNG bytes. A figure's first call renders it whole (one Agg draw, which
-        settles the layout) and keeps the rendering of the frame's fixed parts; later calls
-        draw only the changing artists over that background."""
+        settles the layout), then once more without the changing artists and keeps that
+        rendering as the frame's background; every later call restores the background and
+        draws only the changing artists over it (no full draw)."""
         import io
 
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         from PIL import Image
 
         fig, background = self._kept[self.frame]
         if background is None:
             png = png_bytes(fig)               # the layout engine runs in this draw
-            self.draws += 1
             fig.set_layout_engine("none")
             changing = self._changing()
             for a in changing:
@@ -327,8 +325,7 @@ class GanttView:
             for a in changing:
                 a.set_animated(False)
             return png
-        canvas = fig.canvas
-        assert isinstance(canvas, FigureCanvasAgg)
+        canvas = fig.canvas                    # the Agg canvas png_bytes gave the figure
         canvas.restore_region(background)
         renderer = canvas.get_renderer()
         for a in self._changing():

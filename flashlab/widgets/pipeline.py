@@ -34,7 +34,8 @@ from flashlab.pipeline.simulate import TIME_UNITS, SimResult
 from flashlab.validation import as_int
 
 __all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
-           "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES", "pipeline_explorer_change"]
+           "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES",
+           "pipeline_explorer_change"]
 
 #: the explorer's choices of ``block_q``
 BLOCK_Q_OPTIONS = (16, 32, 64, 128, 256)
