@@ -403,3 +403,42 @@ def test_float32_answers_are_judged_within_float32_rounding():
     # a float64 answer keeps the tight tolerance: an error of 1e-5 is not accepted
     assert_caught(check_attention(lambda q, k, v: attention(q, k, v) * (1 + 1e-5)), "wrong_value",
                   "largest error")
+
+
+# ------------------------------------------------------------------------ flash_attn's window
+def _window_band(shift_sign=1, literal=False, causal_drops_left=False, swap=False, top_left=False):
+    """The exercise's answer with one planted slip (no argument: the right answer)."""
+    def fn(sq, sk, causal, window_size):
+        wl, wr = window_size[::-1] if swap else window_size
+        if causal:
+            wl, wr = (-1 if causal_drops_left else wl), 0
+        shift = 0 if top_left else shift_sign * (sk - sq)
+        left = None if wl == -1 and not literal else wl - shift
+        right = None if wr == -1 and not literal else wr + shift
+        return left, right
+    return fn
+
+
+def test_flash_attn_window_right():
+    from flashlab.compat import band_from_window
+    from flashlab.exercises import check_flash_attn_window
+    assert check_flash_attn_window(band_from_window).passed
+    assert check_flash_attn_window(_window_band()).passed
+
+
+@pytest.mark.parametrize("name, fn, phrase", [
+    ("no_shift", _window_band(top_left=True), "aligned top-left"),
+    ("shift_sign", _window_band(shift_sign=-1), "wrong sign"),
+    ("minus_one_literal", _window_band(literal=True), "-1 means unbounded"),
+    ("causal_drops_left", _window_band(causal_drops_left=True), "a left window given with it"),
+    ("sides_swapped", _window_band(swap=True), "sides are swapped"),
+])
+def test_flash_attn_window_mistakes(name, fn, phrase):
+    from flashlab.exercises import check_flash_attn_window
+    assert_caught(check_flash_attn_window(fn), name, phrase)
+
+
+def test_flash_attn_window_generic():
+    from flashlab.exercises import check_flash_attn_window
+    assert_caught(check_flash_attn_window(lambda *a: 3), "not_a_band", "return a pair (left, right)")
+    assert_caught(check_flash_attn_window(raises), "raised", "NotImplementedError")

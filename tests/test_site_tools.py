@@ -16,7 +16,10 @@ from tools.check_site import (ELEMENTS_JS, check_links, element_clip, element_re
                               toc_pages)
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = [p for p in toc_pages(ROOT / "_toc.yml") if (ROOT / f"{p}.ipynb").exists() and not p.endswith("api")]
+#: notebook pages that are reference material, not chapters (no goals, summary or exercises)
+REFERENCE_PAGES = ("book/api", "book/cheatsheet")
+CHAPTERS = [p for p in toc_pages(ROOT / "_toc.yml")
+            if (ROOT / f"{p}.ipynb").exists() and p not in REFERENCE_PAGES]
 
 
 def test_toc_pages_lists_every_entry_in_order():
@@ -145,7 +148,7 @@ def _cells(path: Path) -> list[dict]:
     return json.loads(path.read_text())["cells"]
 
 
-@pytest.mark.parametrize("page", CHAPTERS + ["book/api"])
+@pytest.mark.parametrize("page", CHAPTERS + list(REFERENCE_PAGES))
 def test_every_figure_has_alt_text(page):
     for i, cell in enumerate(_cells(ROOT / f"{page}.ipynb")):
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]

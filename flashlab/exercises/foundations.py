@@ -32,12 +32,12 @@ import numpy as np
 from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose, tolerance
 from flashlab.kernels import backward as _backward
 from flashlab.kernels import forward as _forward
-from flashlab.masks import EMPTY, FULL, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles
+from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles
 from flashlab.reference import attention_reference
 
 __all__ = ["check_arithmetic_intensity", "check_softmax", "check_attention",
            "check_online_softmax", "check_backward_delta", "check_softmax_grad",
-           "check_band_mask", "check_tile_class"]
+           "check_band_mask", "check_tile_class", "check_flash_attn_window"]
 
 #: failures of :func:`diagnose` that no known mistake can explain: reported as they are
 _STRUCTURAL = ("returned_none", "not_an_array")
@@ -741,3 +741,92 @@ def check_tile_class(fn: Callable[[int, int, int, int, int, int], int]) -> Feedb
                                 f"but {_CLASS_NAMES[int(exp[a, b])]} in flashlab.masks.tile_class.",
                                 "wrong_value")
     return feedback
+
+
+# ----------------------------------------------------------------- flash_attn's window, as a band
+#: (sq, sk, causal, window_size): both length orders, causal alone, windows with and without it
+_WINDOW_CASES = ((2, 5, True, (-1, -1)), (5, 2, True, (-1, -1)), (4, 10, False, (3, 0)),
+                 (10, 4, False, (2, 1)), (6, 6, False, (-1, 2)), (3, 8, True, (2, -1)))
+
+
+def _window_truth(sq: int, sk: int, causal: bool, window_size: tuple[int, int], *, shift: int | None = None,
+                  literal_minus_one: bool = False, causal_drops_left: bool = False) -> np.ndarray:
+    """flash_attn's rule (bottom-right), as an allowed (sq, sk) array, or a planted slip of it."""
+    wl, wr = window_size
+    if causal:
+        wr = 0
+        if causal_drops_left:
+            wl = -1
+    shift = sk - sq if shift is None else shift
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    ok = np.ones((sq, sk), dtype=bool)
+    # query i sits at key position i + shift: it sees i + shift - wl <= j <= i + shift + wr
+    if wl != -1 or literal_minus_one:
+        ok &= j >= i + shift - wl
+    if wr != -1 or literal_minus_one:
+        ok &= j <= i + shift + wr
+    return ok
+
+
+def _as_allowed(band: Any, sq: int, sk: int) -> np.ndarray | None:
+    """A reader's ``(left, right)`` (None = unbounded) as the allowed (sq, sk) array, or None."""
+    if not isinstance(band, (tuple, list)) or len(band) != 2:
+        return None
+    left, right = (NO_LIMIT if side is None else side for side in band)
+    if not all(isinstance(side, (int, np.integer)) and not isinstance(side, bool) for side in (left, right)):
+        return None
+    return allowed(sq, sk, int(left), int(right))
+
+
+def check_flash_attn_window(fn: Callable[[int, int, bool, tuple[int, int]], tuple]) -> Feedback:
+    r"""Check ``fn(sq, sk, causal, window_size) -> (left, right)``: flash_attn's mask as flashlab's band.
+
+    flash_attn aligns ``causal`` and ``window_size = (wl, wr)`` to the bottom-right corner: query
+    ``i`` sees keys $i + S_k - S_q - w_l \le j \le i + S_k - S_q + w_r$, ``-1`` unbounded,
+    ``causal`` setting $w_r = 0$. The answer is flashlab's top-left band ``(left, right)`` (a side
+    may be ``None`` = unbounded) with the same allowed set; it is judged as the allowed
+    ``(sq, sk)`` array it gives, so any equivalent band passes (the truth:
+    :func:`flashlab.compat.band_from_window`). Mistakes it names: no shift (flashlab's top-left
+    causal), the shift with the wrong sign, ``-1`` taken as a window of -1 keys, ``causal``
+    dropping the left window, the sides swapped, and a result that is not a pair of ints/None.
+    """
+    ex = "flash_attn window"
+    gots = []
+    for sq, sk, causal, window_size in _WINDOW_CASES:
+        got, fail = _call(ex, fn, sq, sk, causal, window_size)
+        if fail is not None:
+            return fail
+        band = _as_allowed(got, sq, sk)
+        if band is None:
+            return Feedback(ex, False, f"for (sq, sk, causal, window_size) = {(sq, sk, causal, window_size)} "
+                            f"you returned {got!r}; return a pair (left, right) of ints, None for an "
+                            f"unbounded side.", "not_a_band")
+        gots.append(band)
+
+    variants = {
+        "no_shift": lambda sq, sk, c, ws: _window_truth(sq, sk, c, ws, shift=0),
+        "shift_sign": lambda sq, sk, c, ws: _window_truth(sq, sk, c, ws, shift=sq - sk),
+        "minus_one_literal": lambda sq, sk, c, ws: _window_truth(sq, sk, c, ws, literal_minus_one=True),
+        "causal_drops_left": lambda sq, sk, c, ws: _window_truth(sq, sk, c, ws, causal_drops_left=True),
+        "sides_swapped": lambda sq, sk, c, ws: _window_truth(sq, sk, c, (ws[1], ws[0])),
+    }
+    hints = {
+        "no_shift": "your band is aligned top-left (query i at key position i, flashlab's own "
+                    "causal); flash_attn puts query i at key position i + sk - sq, so both sides "
+                    "shift: left = wl - (sk - sq), right = wr + (sk - sq).",
+        "shift_sign": "the shift has the wrong sign: the last query (i = sq - 1) must sit on the "
+                      "last key (j = sk - 1), so the offset is sk - sq, not sq - sk.",
+        "minus_one_literal": "-1 means unbounded in flash_attn, not 'one key on the other side': "
+                             "map a side of -1 to None.",
+        "causal_drops_left": "causal sets only the right side (wr = 0); a left window given with "
+                             "it still limits how far back a query sees.",
+        "sides_swapped": "the sides are swapped: window_size = (left, right) counts keys before "
+                         "and after the query's position.",
+    }
+    parts = [(f"the allowed set for (sq, sk, causal, window_size) = {case}", got, _window_truth(*case))
+             for case, got in zip(_WINDOW_CASES, gots)]
+    mistakes = [Mistake(name, [f(*case) for case in _WINDOW_CASES], hints[name])
+                for name, f in variants.items()]
+    return _judge(ex, parts, mistakes, success="the same allowed keys as flash_attn on all six cases "
+                  "(both length orders, causal, windows with and without it).", rtol=0, atol=0)
