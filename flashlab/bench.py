@@ -155,8 +155,8 @@ class BenchConfig:
       this many tasks (``None``: skip);
     - ``tile_explorer``: time one step of the tile explorer (:func:`tile_explorer_step`);
     - ``decode_sizes``, ``decode_heads``, ``decode_dim``, ``decode_sq``, ``decode_repeats``:
-      the decode section (:func:`decode_bench`): Sk values, (H, Hkv), head dim, query rows,
-      timed rounds.
+      the decode section (:func:`decode_bench`): Sk values (none by default: :data:`FULL`
+      has 8192, 32768 and 131072), (H, Hkv), head dim, query rows, timed rounds.
     """
 
     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
@@ -184,7 +184,7 @@ class BenchConfig:
     first_call: str | None = "compile"
     simulator_tasks: int | None = 100_000
     tile_explorer: bool = True
-    decode_sizes: tuple[int, ...] = (8192, 32768, 131072)
+    decode_sizes: tuple[int, ...] = ()
     decode_heads: tuple[int, int] = (32, 8)
     decode_dim: int = 128
     decode_sq: int = 1
@@ -226,8 +226,8 @@ class BenchConfig:
 
 
 #: ``make bench``: B=1, H=8, fp32, N 1024..16384, D=128 and 192/128, causal and not; a 1 s
-#: pause before each timed call
-FULL = BenchConfig(settle_seconds=1.0)
+#: pause before each timed call; decode at Sk 8192, 32768, 131072 (H=32/Hkv=8, D=128)
+FULL = BenchConfig(settle_seconds=1.0, decode_sizes=(8192, 32768, 131072))
 #: ``make bench-quick`` (under 2 minutes): N 1024 and 2048, one timed call after the warm-up,
 #: memory at N=1024 non-causal only, MLA at S=1024 without memory, a 2048^3 matmul, no
 #: compile timing, decode at Sk=8192

@@ -78,11 +78,12 @@ DECODE_MIN_CHUNK_BLOCKS = 4
 #: With at most this many stacked rows (``group * Sq``) the tile's ``P~ V_j`` is a plain loop
 #: (:func:`pv_few_rows`) instead of a BLAS gemm call. A gemm with 4 rows first copies
 #: ("packs") the whole V tile, then multiplies; the loop reads each V row once. Measured at
-#: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over a parallel read of K and V: both products
-#: by BLAS 1.57, both as loops 1.33 (same process, interleaved). The scores ``Q K_j^T`` stay
-#: with BLAS even so: the backward recomputes them with BLAS and takes ``P = e^{S - LSE}``
-#: with this kernel's LSE; a loop sums ``Q K^T`` in another order, and at logits ~100 the few
-#: ulp of difference broke the backward's tolerance (tests/test_backward.py, large logits).
+#: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over numpy's one-thread read of K and V, two
+#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay
+#: with BLAS (a loop for them too measured 1.33 -> 1.19 of a parallel read, but): the backward
+#: recomputes S with BLAS and takes ``P = e^{S - LSE}`` with this kernel's LSE; a loop sums
+#: ``Q K^T`` in another order, and at logits ~100 the few ulp of difference broke the
+#: backward's tolerance (tests/test_backward.py, large logits).
 GEMV_MAX_ROWS = 16
 
 
