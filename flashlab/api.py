@@ -339,7 +339,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
-        :data:`~flashlab.checks.BACKWARD_BLOCK`, 128 x 128), independent of the forward's
+        :data:`~flashlab.checks.BACKWARD_BLOCK`, 256 x 256), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)

@@ -37,7 +37,15 @@ FORWARD_BLOCK = (256, 128)
 #: The backward's default tile sizes ``(block_q, block_k)``. Measured like the forward's,
 #: backward at D=128, N=2048 against torch SDPA's backward in the same run: 64x64 0.80x,
 #: 128x64 0.94x, 128x128 0.99x (in an earlier run, with torch slower, 64x64 gave 1.05x).
-BACKWARD_BLOCK = (128, 128)
+#: Then 256x256, measured as CPU seconds (process time of both threads, which a busy
+#: shared machine disturbs far less than wall time) relative to 128x128, in alternation:
+#: D=128 N=2048 0.91 and 0.91, N=4096 0.90, 192/128 N=2048 0.91; causal N=2048 0.99, N=4096
+#: 0.99 (256x128: 0.93-0.97 non-causal). A perf profile of the 128x128 backward had 27% of
+#: the BLAS time in packing (sgemm_*copy): larger tiles pack each operand for more FLOPs.
+#: The tiles (256 KiB each for S and dP) no longer fit a core's 1 MiB L2 with the rest, and
+#: are still faster. (The forward's 512x128 measured 0.93-0.96 non-causal but 1.02 causal,
+#: which would also raise the causal/non-causal ratio: kept at 256x128.)
+BACKWARD_BLOCK = (256, 256)
 
 
 @dataclass
