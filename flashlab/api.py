@@ -14,13 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
+from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
 from flashlab.kernels.forward import flash_forward_kernel
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
 from flashlab.validation import Problem, as_bool, contiguous, prepare, scores_may_overflow
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
+           "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
+           "BACKWARD_BLOCK"]
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
@@ -76,6 +78,9 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=ct)
     row_max = np.empty((B, H, Sq), dtype=ct)
+    if uses_decode(p):
+        tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
+        return o, lse, row_max, tiles
     n_qb = -(-Sq // p.block_q)
     tiles = np.zeros(B * H * n_qb, dtype=np.int64)
     overflow = np.zeros(B * H * n_qb, dtype=np.int64)
@@ -85,6 +90,38 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
                          bool(check_overflow), o, lse, row_max, tiles, overflow)
     _raise_on_overflow(p, overflow, ct)
     return o, lse, row_max, tiles
+
+
+def uses_decode(p: Problem) -> bool:
+    """Whether the forward of ``p`` runs the split-KV decode kernel (:mod:`flashlab.kernels.decode`).
+
+    Yes when the query is short (``Sq <= DECODE_MAX_SQ``), fits one q-block and there are no
+    RoPE operands: then the tiled forward would have one matrix-vector work item per head
+    and read each kv head's K and V once per query head of its group.
+    """
+    return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
+
+
+def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max
+                    ) -> np.ndarray:
+    """The split-KV forward into ``o``, ``lse``, ``row_max``; returns the tiles computed per
+    head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
+    B, H, Hkv, Sq, Sk, _, Dv = p.shape
+    group = H // Hkv
+    n_split = kv_splits(B, Hkv, -(-Sk // p.block_k))
+    part_m = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
+    part_l = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
+    part_acc = np.empty((B, Hkv, n_split, group * Sq, Dv), dtype=ct)
+    part_tiles = np.zeros((B, Hkv, n_split, group), dtype=np.int64)
+    overflow = np.zeros((B, Hkv, n_split), dtype=np.int64)
+    flash_decode_kernel(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
+                        p.left, p.right, p.block_k, n_split, p.drop_threshold,
+                        np.uint64(p.seed), p.offset, check_overflow, part_m, part_l, part_acc,
+                        part_tiles, overflow)
+    _raise_on_overflow(p, overflow, ct)
+    tiles = np.zeros(B * H, dtype=np.int64)
+    merge_splits(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
+    return tiles
 
 
 def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
@@ -301,7 +338,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
-        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 128 x 128), independent of the forward's
+        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 256 x 256), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)

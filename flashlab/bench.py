@@ -53,20 +53,27 @@ a case predicted, from the same series at a smaller N, to take more than ``max_c
 per call; numpy naive above ``naive_max_n``; torch cases when torch is missing. A case whose
 worker process fails (e.g. killed for memory) is recorded as failed with the reason.
 
-Targets (:func:`evaluate_targets`; the report prints them first, each PASS / MISS with its
-ratio, or n/a when its cases are not in the run): forward D=128 N=4096 non-causal >= 0.9x
-torch's throughput and >= 65% of the matmul peak; forward 192/128 N=8192 >= 2x torch's speed
-with <= 1/50 of its peak extra memory; backward D=128 N=2048 >= 0.8x torch's throughput;
-causal forward D=128 N=8192 <= 0.55x the non-causal time; at N=16384 flashlab's workspace
-(peak extra memory beyond the returned arrays, which every implementation must hold) < 100 MB,
-forward and backward.
+Targets (:func:`evaluate_targets`, thresholds in :data:`TARGETS`; the report prints them
+first, each PASS / MISS with its ratio, or n/a when its cases are not in the run): forward D=128
+N=4096 and 8192, causal and not, >= 1.1x torch's throughput and >= 85% of the matmul peak;
+forward 192/128 N=8192 >= 2x torch's speed with <= 1/50 of its peak extra memory; backward
+D=128 N=2048 and 4096 >= 1.2x torch, 192/128 N=4096 >= 2x; causal forward D=128 N=8192 <= 0.55x
+the non-causal time; at N=16384 flashlab's workspace (peak extra memory beyond the returned
+arrays, which every implementation must hold) < 100 MB, forward and backward; decode (Sq=1,
+H=32/Hkv=8, the largest Sk) >= 1.5x torch's speed and within 1.5x of a plain parallel read of
+K and V.
+
+**Decode** (:func:`decode_bench`, ``--decode-only``): one query row per head against Sk keys
+(8192 to 131072), flashlab's split-KV kernel against the tiled forward, torch SDPA
+(``enable_gqa``) and two reads of K and V (numpy's one-thread ``np.add.reduce`` and a parallel
+Numba read), which bound any decode from below since it must read K and V once.
 
 The full suite (:data:`FULL`, ``make bench``) takes about an hour on 2 cores and
 needs ~11 GB free for numpy naive at N=16384 (``--naive-max-n 8192`` skips it). The quick
 subset (:data:`QUICK`, ``make bench-quick`` or ``--quick``) runs in under 2 minutes: N 1024 and
-2048, one timed call per case, memory at N=1024 (non-causal) only, MLA at S=1024; it writes to
-``bench-results/quick/``. Other options: ``--sizes``, ``--repeats``, ``--no-torch``,
-``--no-mla``, ``--out``.
+2048, one timed call per case, memory at N=1024 (non-causal) only, MLA at S=1024, decode at
+Sk=8192; it writes to ``bench-results/quick/``. Other options: ``--sizes``, ``--repeats``,
+``--no-torch``, ``--no-mla``, ``--decode-only``, ``--no-decode``, ``--decode-sizes``, ``--out``.
 
 From a notebook (small sizes; ``memory_sizes``/``mla_memory_sizes`` name the N measured in
 fresh processes, ``()`` for none; ``first_call=None`` skips the Numba first-call timing)::
@@ -146,7 +153,10 @@ class BenchConfig:
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
     - ``simulator_tasks``: time :func:`flashlab.pipeline.schedule.bench_simulator` on about
       this many tasks (``None``: skip);
-    - ``tile_explorer``: time one step of the tile explorer (:func:`tile_explorer_step`).
+    - ``tile_explorer``: time one step of the tile explorer (:func:`tile_explorer_step`);
+    - ``decode_sizes``, ``decode_heads``, ``decode_dim``, ``decode_sq``, ``decode_repeats``:
+      the decode section (:func:`decode_bench`): Sk values (none by default: :data:`FULL`
+      has 8192, 32768 and 131072), (H, Hkv), head dim, query rows, timed rounds.
     """
 
     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
@@ -174,6 +184,11 @@ class BenchConfig:
     first_call: str | None = "compile"
     simulator_tasks: int | None = 100_000
     tile_explorer: bool = True
+    decode_sizes: tuple[int, ...] = ()
+    decode_heads: tuple[int, int] = (32, 8)
+    decode_dim: int = 128
+    decode_sq: int = 1
+    decode_repeats: int = 7
 
     def __post_init__(self):
         for name in ("sizes", "mla_sizes"):
@@ -185,8 +200,14 @@ class BenchConfig:
                 raise ValueError(f"baselines must be a subset of {BASELINES}; got {self.baselines!r}")
         if not 0 <= self.settle_seconds <= 60:
             raise ValueError(f"settle_seconds must be in [0, 60]; got {self.settle_seconds}")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1; got {self.repeats}")
+        for n in self.decode_sizes:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"decode_sizes must hold ints >= 1; got {self.decode_sizes!r}")
+        if self.decode_heads[0] % self.decode_heads[1]:
+            raise ValueError(f"decode_heads (H, Hkv) needs H % Hkv == 0; got {self.decode_heads}")
+        if self.repeats < 1 or self.decode_repeats < 1:
+            raise ValueError(f"repeats and decode_repeats must be >= 1; got {self.repeats}, "
+                             f"{self.decode_repeats}")
         if self.first_call not in ("compile", "cache", None):
             raise ValueError(f"first_call must be 'compile', 'cache' or None; got {self.first_call!r}")
         if not 0 < self.memory_headroom <= 1:
@@ -205,14 +226,15 @@ class BenchConfig:
 
 
 #: ``make bench``: B=1, H=8, fp32, N 1024..16384, D=128 and 192/128, causal and not; a 1 s
-#: pause before each timed call
-FULL = BenchConfig(settle_seconds=1.0)
+#: pause before each timed call; decode at Sk 8192, 32768, 131072 (H=32/Hkv=8, D=128)
+FULL = BenchConfig(settle_seconds=1.0, decode_sizes=(8192, 32768, 131072))
 #: ``make bench-quick`` (under 2 minutes): N 1024 and 2048, one timed call after the warm-up,
 #: memory at N=1024 non-causal only, MLA at S=1024 without memory, a 2048^3 matmul, no
-#: compile timing
+#: compile timing, decode at Sk=8192
 QUICK = BenchConfig(sizes=(1024, 2048), repeats=1, memory_sizes=(1024,), memory_causal=(False,),
                     mla_sizes=(1024,), mla_memory_sizes=(), matmul_n=2048, matmul_repeats=3,
-                    first_call="cache", simulator_tasks=20_000)
+                    first_call="cache", simulator_tasks=20_000, decode_sizes=(8192,),
+                    decode_repeats=3)
 
 
 @dataclass(frozen=True)
@@ -465,7 +487,8 @@ def measure_memory(case: Case) -> dict:
     the seconds of a tiny first call (Numba's cache load, torch's start-up), then
     :func:`peak_extra_memory` of one full-size ``step``.
     """
-    tiny = replace(case, n=min(case.n, 16), batch=1, heads=1)
+    # (32 rows: above DECODE_MAX_SQ, so the tiny call loads the kernel the full call runs)
+    tiny = replace(case, n=min(case.n, 32), batch=1, heads=1)
     out = {"first_call_seconds": _seconds(make_runner(tiny).step)}
     out.update(peak_extra_memory(make_runner(case).step))
     return out
@@ -566,11 +589,12 @@ _FIRST_CALL_CODE = """
 import json, time
 t0 = time.perf_counter(); import flashlab; from flashlab.bench import make_inputs
 t1 = time.perf_counter()
-q, k, v = make_inputs(16, heads=1)
+q, k, v = make_inputs(32, heads=1)
 o, lse = flashlab.flash_attention(q, k, v); t2 = time.perf_counter()
 flashlab.flash_attention_backward(v, q, k, v, o, lse); t3 = time.perf_counter()
+flashlab.flash_attention(q[:, :, :1], k, v); t4 = time.perf_counter()
 print(json.dumps({"import_seconds": t1 - t0, "forward_seconds": t2 - t1,
-                  "backward_seconds": t3 - t2}))
+                  "backward_seconds": t3 - t2, "decode_seconds": t4 - t3}))
 """
 
 
@@ -578,7 +602,8 @@ def numba_first_call(compile: bool = True) -> dict:
     """Seconds of the first forward and backward call in a fresh process.
 
     ``{"cache_load": {...}, "compile": {...} or None}``, each ``{"import_seconds",
-    "forward_seconds", "backward_seconds"}``. With ``compile``: a process with an empty
+    "forward_seconds", "backward_seconds", "decode_seconds"}`` (the tiled forward at N=32,
+    its backward, then a one-row query: the decode kernel). With ``compile``: a process with an empty
     ``NUMBA_CACHE_DIR`` compiles (and fills it), a second one loads from it. Without: two
     processes on the default cache, the second one's times (the first may recompile stale
     entries).
@@ -594,6 +619,86 @@ def numba_first_call(compile: bool = True) -> dict:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         compiled = run(env)
         return {"cache_load": run(env), "compile": compiled}
+
+
+# ------------------------------------------------------------------------------- decode
+def decode_bench(sk: int, *, heads: int = 32, kv_heads: int = 8, d: int = 128, sq: int = 1,
+                 repeats: int = 7, torch: bool = True) -> dict:
+    """Decode (``sq`` query rows against ``sk`` keys, GQA ``heads``/``kv_heads``), timed in turn.
+
+    Implementations, each timed once per round, ``repeats`` rounds after a warm-up:
+    ``flashlab`` (:func:`flashlab.flash_attention`, which runs the split-KV kernel of
+    :mod:`flashlab.kernels.decode`), ``flashlab_tiled`` (the tiled forward on the same
+    problem: what ran before the decode kernel), ``torch_sdpa`` (``enable_gqa=True``, K and V
+    not expanded) when ``torch``; and two reads of K and V that bound any decode from below,
+    as decode reads every byte of K and V once: ``read_numpy`` (``np.add.reduce`` of K then
+    V, one thread) and ``read_2threads`` (:func:`flashlab.input_scan.finite_and_max_sq_norm`
+    on K then V, a parallel read on every Numba thread).
+
+    Returns ``{"sk", "sq", "heads", "kv_heads", "d", "kv_bytes", "times": {impl: [...]},
+    "seconds": {impl: median}, "best": {impl: min}, "gbps": {impl: kv_bytes / median}}``.
+    """
+    import flashlab
+    from flashlab import api
+    from flashlab.input_scan import finite_and_max_sq_norm
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, heads, sq, d), dtype=np.float32)
+    k = rng.standard_normal((1, kv_heads, sk, d), dtype=np.float32)
+    v = rng.standard_normal((1, kv_heads, sk, d), dtype=np.float32)
+
+    def tiled():
+        saved = api.uses_decode
+        api.uses_decode = lambda p: False
+        try:
+            return flashlab.flash_attention(q, k, v)
+        finally:
+            api.uses_decode = saved
+
+    fns: dict[str, Callable[[], Any]] = {
+        "flashlab": lambda: flashlab.flash_attention(q, k, v),
+        "flashlab_tiled": tiled,
+        "read_numpy": lambda: (np.add.reduce(k, axis=None), np.add.reduce(v, axis=None)),
+        "read_2threads": lambda: (finite_and_max_sq_norm(k.reshape(-1, d)),
+                                  finite_and_max_sq_norm(v.reshape(-1, d))),
+    }
+    if torch:
+        import torch as th
+        import torch.nn.functional as F
+        tq, tk, tv = (th.from_numpy(x) for x in (q, k, v))
+
+        def sdpa():
+            with th.no_grad():
+                return F.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
+        fns["torch_sdpa"] = sdpa
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, f in fns.items():
+            times[name].append(_seconds(f))
+    kv_bytes = k.nbytes + v.nbytes
+    med = {name: statistics.median(t) for name, t in times.items()}
+    return {"sk": sk, "sq": sq, "heads": heads, "kv_heads": kv_heads, "d": d,
+            "kv_bytes": kv_bytes, "times": times, "seconds": med,
+            "best": {name: min(t) for name, t in times.items()},
+            "gbps": {name: kv_bytes / t / 1e9 for name, t in med.items()}}
+
+
+def decode_ratios(row: dict) -> dict:
+    """The decode target figures of one :func:`decode_bench` row.
+
+    ``vs_torch``: torch's median time / flashlab's (> 1: faster); ``over_read_numpy`` and
+    ``over_read_2threads``: flashlab's median time / the best time of that read of K and V
+    (the bandwidth bound: 1.0 would be decode at the speed of a plain read);
+    ``vs_tiled``: the tiled forward's time / flashlab's.
+    """
+    sec, best = row["seconds"], row["best"]
+    fl = sec["flashlab"]
+    return {"vs_torch": sec["torch_sdpa"] / fl if "torch_sdpa" in sec else None,
+            "over_read_numpy": fl / best["read_numpy"],
+            "over_read_2threads": fl / best["read_2threads"],
+            "vs_tiled": sec["flashlab_tiled"] / fl}
 
 
 # ------------------------------------------------------------------------ estimates, FLOPs
@@ -930,6 +1035,18 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
                     else f"{row['status']}: {row['reason']}")
             say(f"[{len(done)}/{len(unique)}, {time.perf_counter() - t_start:.0f} s] "
                 f"{c.label}: {what}")
+    result["decode"] = []
+    for sk in config.decode_sizes:
+        h, hkv = config.decode_heads
+        if 3 * 4 * hkv * sk * config.decode_dim > config.memory_headroom * available_bytes():
+            say(f"decode Sk={sk}: skipped (memory)")
+            continue
+        row = decode_bench(sk, heads=h, kv_heads=hkv, d=config.decode_dim, sq=config.decode_sq,
+                           repeats=config.decode_repeats, torch=has_torch)
+        row.update(decode_ratios(row))
+        result["decode"].append(row)
+        say(f"[{time.perf_counter() - t_start:.0f} s] decode Sk={sk}: flashlab "
+            f"{row['seconds']['flashlab'] * 1e3:.1f} ms")
     matmul["end"] = matmul_gflops(config.matmul_n, config.matmul_repeats)
     matmul["peak_gflops"] = max(m["gflops"] for m in [matmul["start"], matmul["end"],
                                                       *matmul["groups"]])
@@ -966,51 +1083,88 @@ def _target(name: str, value: float | None, op: str, threshold: float, detail: s
             "status": "PASS" if ok else "MISS", "detail": detail}
 
 
+#: the issue's targets (thresholds of :func:`evaluate_targets`)
+TARGETS = {"forward_vs_torch": 1.1, "forward_of_peak": 0.85, "mla_forward_vs_torch": 2.0,
+           "mla_memory": 1 / 50, "backward_vs_torch": 1.2, "mla_backward_vs_torch": 2.0,
+           "causal_over_full": 0.55, "workspace_mb": 100.0, "decode_vs_torch": 1.5,
+           "decode_over_read": 1.5}
+
+
 def evaluate_targets(result: dict) -> list[dict]:
-    """The issue's targets, each a ratio of two figures of the same run (or a memory bound)."""
+    """The issue's targets (:data:`TARGETS`), each a ratio of two figures of the same run (or a
+    memory bound): forward D=128 at N 4096 and 8192, causal and not (throughput against torch
+    SDPA and against the matmul peak timed with it); forward 192/128 N=8192 (speed and peak
+    extra memory against torch); backward D=128 at N 2048 and 4096 and 192/128 at N=4096
+    against torch; causal over non-causal time at N=8192; workspace at N=16384; decode at the
+    largest Sk of the run (speed against torch, time over the best plain read of K and V on
+    every thread, :func:`decode_bench`)."""
     def get(impl, direction, n, d_qk=128, d_v=128, causal=False):
         return find_case(result, impl, direction, n, d_qk, d_v, causal)
 
     def ratio(a, b, key="seconds"):
         return None if a is None or b is None or key not in a or key not in b else a[key] / b[key]
 
+    T = TARGETS
     missing = "not measured in this run"
     out = []
-    fl, tr = get("flashlab", "forward", 4096), get("torch_sdpa", "forward", 4096)
-    out.append(_target("forward D=128 N=4096 non-causal: throughput / torch SDPA's",
-                       ratio(tr, fl), ">=", 0.9, missing if fl is None or tr is None else
-                       f"flashlab {fl['gflops']:.1f}, torch {tr['gflops']:.1f} GFLOP/s"))
-    # the matmul timed with the case (a run before interleaving has only the run's peak)
-    peak = None if fl is None else fl.get("matmul_gflops", result["matmul"]["peak_gflops"])
-    out.append(_target("forward D=128 N=4096 non-causal: GFLOP/s / numpy matmul GFLOP/s",
-                       None if fl is None else fl["gflops"] / peak, ">=", 0.65,
-                       missing if fl is None else
-                       f"flashlab {fl['gflops']:.1f}, matmul {peak:.1f} GFLOP/s"))
+    for n in (4096, 8192):
+        for causal in (False, True):
+            what = f"forward D=128 N={n}{' causal' if causal else ' non-causal'}"
+            fl, tr = get("flashlab", "forward", n, causal=causal), get("torch_sdpa", "forward", n, causal=causal)
+            out.append(_target(f"{what}: throughput / torch SDPA's", ratio(tr, fl), ">=",
+                               T["forward_vs_torch"], missing if fl is None or tr is None else
+                               f"flashlab {fl['gflops']:.1f}, torch {tr['gflops']:.1f} GFLOP/s"))
+            # the matmul timed with the case (a run before interleaving has only the run's peak)
+            peak = None if fl is None else fl.get("matmul_gflops", result["matmul"]["peak_gflops"])
+            out.append(_target(f"{what}: GFLOP/s / numpy matmul GFLOP/s",
+                               None if fl is None else fl["gflops"] / peak, ">=",
+                               T["forward_of_peak"], missing if fl is None else
+                               f"flashlab {fl['gflops']:.1f}, matmul {peak:.1f} GFLOP/s"))
     fl, tr = get("flashlab", "forward", 8192, 192), get("torch_sdpa", "forward", 8192, 192)
     out.append(_target("forward 192/128 N=8192 non-causal: speed / torch SDPA's",
-                       ratio(tr, fl), ">=", 2.0, missing if fl is None or tr is None else
+                       ratio(tr, fl), ">=", T["mla_forward_vs_torch"],
+                       missing if fl is None or tr is None else
                        f"flashlab {fl['seconds']:.2f} s, torch {tr['seconds']:.2f} s"))
     mem = ratio(fl, tr, "peak_extra_bytes")
     out.append(_target("forward 192/128 N=8192 non-causal: peak extra memory / torch SDPA's",
-                       mem, "<=", 1 / 50, missing if mem is None else
+                       mem, "<=", T["mla_memory"], missing if mem is None else
                        f"flashlab {fl['peak_extra_bytes'] / MB:.1f} MB, "
                        f"torch {tr['peak_extra_bytes'] / MB:.1f} MB; 1/{1 / max(mem, 1e-12):.0f}"))
-    fl, tr = get("flashlab", "backward", 2048), get("torch_sdpa", "backward", 2048)
-    out.append(_target("backward D=128 N=2048 non-causal: throughput / torch SDPA's",
-                       ratio(tr, fl), ">=", 0.8, missing if fl is None or tr is None else
-                       f"flashlab {fl['gflops']:.1f}, torch {tr['gflops']:.1f} GFLOP/s"))
+    for n, d_qk, key in ((2048, 128, "backward_vs_torch"), (4096, 128, "backward_vs_torch"),
+                         (4096, 192, "mla_backward_vs_torch")):
+        fl, tr = get("flashlab", "backward", n, d_qk), get("torch_sdpa", "backward", n, d_qk)
+        out.append(_target(f"backward {d_qk}/128 N={n} non-causal: speed / torch SDPA's",
+                           ratio(tr, fl), ">=", T[key], missing if fl is None or tr is None else
+                           f"flashlab {fl['seconds']:.2f} s, torch {tr['seconds']:.2f} s"))
     c, nc = get("flashlab", "forward", 8192, causal=True), get("flashlab", "forward", 8192)
     out.append(_target("forward D=128 N=8192: causal time / non-causal time",
-                       ratio(c, nc), "<=", 0.55, missing if c is None or nc is None else
+                       ratio(c, nc), "<=", T["causal_over_full"],
+                       missing if c is None or nc is None else
                        f"causal {c['seconds']:.2f} s, non-causal {nc['seconds']:.2f} s"))
     for direction in DIRECTIONS:
         r = get("flashlab", direction, 16384)
         has = r is not None and "workspace_bytes" in r
         out.append(_target(f"{direction} D=128 N=16384: flashlab workspace (MB; peak extra "
                            "minus the returned arrays)",
-                           r["workspace_bytes"] / MB if has else None, "<", 100.0,
+                           r["workspace_bytes"] / MB if has else None, "<", T["workspace_mb"],
                            f"peak extra {r['peak_extra_bytes'] / MB:.1f} MB, of which returned "
                            f"arrays {r['output_bytes'] / MB:.1f} MB" if has else missing))
+    rows = result.get("decode") or []
+    d = max(rows, key=lambda r: r["sk"]) if rows else None
+    what = "decode" if d is None else (f"decode Sq={d['sq']} Sk={d['sk']} H={d['heads']}/"
+                                       f"Hkv={d['kv_heads']}")
+    r = None if d is None else decode_ratios(d)
+    out.append(_target(f"{what}: speed / torch SDPA's", None if r is None else r["vs_torch"],
+                       ">=", T["decode_vs_torch"], missing if r is None or r["vs_torch"] is None
+                       else f"flashlab {d['seconds']['flashlab'] * 1e3:.1f} ms, torch "
+                       f"{d['seconds']['torch_sdpa'] * 1e3:.1f} ms"))
+    out.append(_target(f"{what}: time / a plain read of K and V (every thread)",
+                       None if r is None else r["over_read_2threads"], "<=",
+                       T["decode_over_read"], missing if r is None else
+                       f"flashlab {d['gbps']['flashlab']:.1f} GB/s; read "
+                       f"{d['kv_bytes'] / d['best']['read_2threads'] / 1e9:.1f} GB/s on every "
+                       f"thread, {d['kv_bytes'] / d['best']['read_numpy'] / 1e9:.1f} GB/s numpy "
+                       f"(one thread; flashlab / that: {r['over_read_numpy']:.2f})"))
     return out
 
 
@@ -1162,13 +1316,14 @@ def to_markdown(result: dict) -> str:
     if nb:
         lines += ["## Numba first call", "", "A fresh process: import flashlab, then the first "
                   "tiny forward and backward calls.", "",
-                  "| process | import (s) | first forward (s) | first backward (s) |",
-                  "|---|---:|---:|---:|"]
+                  "| process | import (s) | first forward (s) | first backward (s) | "
+                  "first decode (s) |",
+                  "|---|---:|---:|---:|---:|"]
     for what, label in (("compile", "empty cache (compile)"), ("cache_load", "cache load")):
         if nb.get(what):
             t = nb[what]
             lines.append(f"| {label} | {t['import_seconds']:.2f} | {t['forward_seconds']:.2f} "
-                         f"| {t['backward_seconds']:.2f} |")
+                         f"| {t['backward_seconds']:.2f} | {_fmt(t.get('decode_seconds'), '.2f')} |")
     if result.get("simulator"):
         lines += ["", "## Pipeline simulator", "",
                   "flashlab.pipeline: building a task graph and simulating it (best of 3). The "
@@ -1200,6 +1355,27 @@ def to_markdown(result: dict) -> str:
                   + (" Backward: time of the backward alone; memory of a training step."
                      if direction == "backward" else ""), ""]
         lines += _attention_table(result, direction) + [""]
+    if result.get("decode"):
+        lines += ["## Decode", "",
+                  "One query row per head against a long K/V cache (GQA: H query heads, Hkv kv "
+                  "heads), float32, timed in turn (median of the rounds; reads: best). flashlab "
+                  "runs the split-KV kernel; 'tiled' is the tiled forward on the same problem. "
+                  "Reads of K and V: numpy's one-thread np.add.reduce, and a parallel read "
+                  "(flashlab.input_scan) on every thread. Speed vs torch = torch's time / "
+                  "flashlab's; over read = flashlab's time / the parallel read's.", "",
+                  "| Sk | H/Hkv | K+V (MB) | flashlab (ms) | GB/s | tiled (ms) | torch (ms) | "
+                  "read numpy (ms) | read all threads (ms) | speed vs torch | over read |",
+                  "|---:|---|---:|" + "---:|" * 8]
+        for d in result["decode"]:
+            sec, r = d["seconds"], decode_ratios(d)
+            lines.append(
+                f"| {d['sk']} | {d['heads']}/{d['kv_heads']} | {d['kv_bytes'] / MB:.0f} "
+                f"| {sec['flashlab'] * 1e3:.1f} | {d['gbps']['flashlab']:.1f} "
+                f"| {sec['flashlab_tiled'] * 1e3:.1f} "
+                f"| {_fmt(sec.get('torch_sdpa') and sec['torch_sdpa'] * 1e3, '.1f')} "
+                f"| {d['best']['read_numpy'] * 1e3:.1f} | {d['best']['read_2threads'] * 1e3:.1f} "
+                f"| {_fmt(r['vs_torch'], '.2f', 'x')} | {r['over_read_2threads']:.2f} |")
+        lines.append("")
     bwf = backward_over_forward(result)
     if bwf:
         lines += ["## Backward / forward", "",
@@ -1242,6 +1418,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mla", action="store_true", help="skip the MLA section")
     ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
                     "and flashlab and torch SDPA at the concatenated 192/128)")
+    ap.add_argument("--decode-only", action="store_true", help="only the decode section "
+                    "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
+    ap.add_argument("--decode-sizes", type=int, nargs="+", help="decode Sk values")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1264,7 +1444,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mla:
         changes["mla_sizes"] = ()
     if args.mla_only:
-        changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False)
+        changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False,
+                       decode_sizes=())
+    if args.decode_only and (args.no_decode or args.mla_only):
+        ap.error("--decode-only excludes --no-decode and --mla-only")
+    if args.decode_only:
+        changes.update(sizes=(), mla_sizes=(), first_call=None, simulator_tasks=None,
+                       tile_explorer=False)
+    if args.no_decode:
+        changes["decode_sizes"] = ()
+    if args.decode_sizes:
+        changes["decode_sizes"] = tuple(args.decode_sizes)
     config = replace(config, **changes)
     result = run_suite(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")

@@ -19,11 +19,15 @@ __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "MIN_WORK_ITEMS", "q_splits", "cdi
 #: tiles (128 KiB score tile + 128 KiB accumulator) still fit a core's 1 MiB L2.
 FORWARD_BLOCK: tuple[int, int] = (256, 128)
 
-#: The backward's default tile sizes ``(block_q, block_k)``, chosen the same way: backward at
-#: D=128, N=2048 against torch SDPA's backward: 64x64 0.80x, 128x64 0.94x, 128x128 0.99x.
-#: The backward holds five tiles per step (S, P, dP, dS and the dK/dV partial rows), so its
-#: best tile is smaller than the forward's.
-BACKWARD_BLOCK: tuple[int, int] = (128, 128)
+#: The backward's default tile sizes ``(block_q, block_k)``. Against 128x128, in CPU seconds
+#: (the process time of both threads, which a busy shared machine disturbs far less than wall
+#: time), alternating the two: D=128 N=2048 0.91, N=4096 0.90, QK 192 / V 128 N=2048 0.91;
+#: causal 0.99 (256x128: 0.93-0.97 non-causal). A profile of the 128x128 backward spent 27% of
+#: its BLAS time packing operands (``sgemm_*copy``): a larger tile packs each operand once for
+#: more FLOPs. The S and dP tiles (256 KiB each) no longer fit a core's 1 MiB L2 with the rest,
+#: and the tile is still faster. (The forward's 512x128 measured 0.93-0.96 non-causal but 1.02
+#: causal, which would also raise the causal/non-causal ratio: the forward keeps 256x128.)
+BACKWARD_BLOCK: tuple[int, int] = (256, 256)
 
 #: :func:`q_splits` splits the query blocks of each head until there are at least this many
 #: parallel work items (a constant, never the thread count: the bits must not depend on it).

@@ -21,7 +21,9 @@ TINY = bench.BenchConfig(sizes=(32, 64), shapes=((24, 16),), heads=2, block=(16,
                          baselines=("numpy_naive",), repeats=1, memory_sizes=(32,),
                          memory_causal=(False,), mla_sizes=(32,), mla_heads=2,
                          mla_dims=(16, 8, 16), mla_memory_sizes=(), matmul_n=64,
-                         matmul_repeats=1, first_call="cache", simulator_tasks=2000)
+                         matmul_repeats=1, first_call="cache", simulator_tasks=2000,
+                         decode_sizes=(64,), decode_heads=(4, 2), decode_dim=16,
+                         decode_repeats=1)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,8 @@ def test_suite_runs_every_case(tiny_result):
     assert all(r["status"] == "ok" for r in res["cases"]), \
         [(r["impl"], r["reason"]) for r in res["cases"] if r["status"] != "ok"]
     # a line for the matmul, one for numba, one for the simulator, one for the tile explorer,
-    # one per case except the 2 the MLA section reuses
-    assert len(res["_progress"]) == 4 + len(cases) - 2
+    # one per case except the 2 the MLA section reuses, one per decode size
+    assert len(res["_progress"]) == 4 + len(cases) - 2 + 1
     # the tile explorer's step time: a median over the steps of one walk
     tex = res["tile_explorer"]
     assert tex["steps"] > 0 and 0 < tex["median_s"] <= tex["max_s"]
@@ -148,8 +150,9 @@ def test_json_and_markdown_round_trip(tiny_result, tmp_path):
                     "## MLA",
                     "## Skipped and failed cases", "## Notes"):
         assert heading in md
-    # every target is listed; none measurable at these sizes
-    assert md.count("n/a  ") == len(res["targets"]) == 8
+    # every target is listed; none measurable at these sizes but decode's time over the read
+    # of K and V (measured at any size; torch is not in the tiny suite)
+    assert md.count("n/a  ") == len(res["targets"]) - 1 == 17
     assert bench.BenchConfig.from_dict(loaded["config"]) == TINY
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": 0}))
@@ -246,12 +249,14 @@ def _result_with(rows: list[dict], peak: float = 100.0) -> dict:
 
 def test_targets_pass_miss_and_missing():
     rows = [
-        dict(impl="flashlab", direction="forward", n=4096, d_qk=128, d_v=128, seconds=1.0, gflops=70.0),
-        dict(impl="torch_sdpa", direction="forward", n=4096, d_qk=128, d_v=128, seconds=0.8, gflops=87.5),
+        dict(impl="flashlab", direction="forward", n=4096, d_qk=128, d_v=128, seconds=1.0, gflops=90.0),
+        dict(impl="torch_sdpa", direction="forward", n=4096, d_qk=128, d_v=128, seconds=1.2, gflops=75.0),
         dict(impl="flashlab", direction="forward", n=8192, d_qk=192, d_v=128, seconds=1.0,
              gflops=1.0, peak_extra_bytes=40 * bench.MB),
         dict(impl="torch_sdpa", direction="forward", n=8192, d_qk=192, d_v=128, seconds=3.0,
              gflops=1.0, peak_extra_bytes=4000 * bench.MB),
+        dict(impl="flashlab", direction="backward", n=2048, d_qk=128, d_v=128, seconds=1.0, gflops=1.0),
+        dict(impl="torch_sdpa", direction="backward", n=2048, d_qk=128, d_v=128, seconds=1.1, gflops=1.0),
         dict(impl="flashlab", direction="forward", n=16384, d_qk=128, d_v=128, seconds=1.0,
              gflops=1.0, peak_extra_bytes=80 * bench.MB, output_bytes=70 * bench.MB,
              workspace_bytes=10 * bench.MB),
@@ -259,19 +264,85 @@ def test_targets_pass_miss_and_missing():
              gflops=1.0, peak_extra_bytes=400 * bench.MB, output_bytes=270 * bench.MB,
              workspace_bytes=130 * bench.MB),
     ]
-    t = {x["name"]: x for x in bench.evaluate_targets(_result_with(rows))}
-    assert len(t) == 8  # the names are distinct
-    got = [(x["status"], None if x["value"] is None else round(x["value"], 4)) for x in t.values()]
-    assert got == [
-        ("MISS", 0.8),    # torch 0.8 s / flashlab 1.0 s < 0.9
-        ("PASS", 0.7),    # 70 of 100 GFLOP/s >= 0.65
-        ("PASS", 3.0),    # 3x torch's speed >= 2
-        ("PASS", 0.01),   # 40 MB / 4000 MB <= 1/50
-        ("n/a", None),    # backward at 2048 not measured
-        ("n/a", None),    # causal at 8192 not measured
-        ("PASS", 10.0),   # forward workspace 10 MB < 100
-        ("MISS", 130.0),  # backward workspace 130 MB
-    ]
+    result = _result_with(rows)
+    # decode: flashlab 10 ms, torch 20 ms, the parallel read 8 ms (the largest Sk counts)
+    times = {"flashlab": 0.010, "flashlab_tiled": 0.03, "torch_sdpa": 0.020,
+             "read_numpy": 0.012, "read_2threads": 0.008}
+    small = {"flashlab": 1.0, "flashlab_tiled": 1.0, "torch_sdpa": 1.0, "read_numpy": 1.0,
+             "read_2threads": 1.0}
+    result["decode"] = [
+        dict(sk=sk, sq=1, heads=32, kv_heads=8, d=128, kv_bytes=10 ** 9, seconds=t, best=t,
+             gbps={k: 1.0 / v for k, v in t.items()})
+        for sk, t in ((1024, small), (131072, times))]
+    t = {x["name"]: x for x in bench.evaluate_targets(result)}
+    assert len(t) == len(bench.evaluate_targets(result)) == 18  # the names are distinct
+    got = {name: (x["status"], None if x["value"] is None else round(x["value"], 4))
+           for name, x in t.items()}
+    assert got == {
+        # torch 1.2 s / flashlab 1.0 s >= 1.1; 90 of 100 GFLOP/s >= 0.85
+        "forward D=128 N=4096 non-causal: throughput / torch SDPA's": ("PASS", 1.2),
+        "forward D=128 N=4096 non-causal: GFLOP/s / numpy matmul GFLOP/s": ("PASS", 0.9),
+        "forward D=128 N=4096 causal: throughput / torch SDPA's": ("n/a", None),
+        "forward D=128 N=4096 causal: GFLOP/s / numpy matmul GFLOP/s": ("n/a", None),
+        "forward D=128 N=8192 non-causal: throughput / torch SDPA's": ("n/a", None),
+        "forward D=128 N=8192 non-causal: GFLOP/s / numpy matmul GFLOP/s": ("n/a", None),
+        "forward D=128 N=8192 causal: throughput / torch SDPA's": ("n/a", None),
+        "forward D=128 N=8192 causal: GFLOP/s / numpy matmul GFLOP/s": ("n/a", None),
+        "forward 192/128 N=8192 non-causal: speed / torch SDPA's": ("PASS", 3.0),
+        "forward 192/128 N=8192 non-causal: peak extra memory / torch SDPA's": ("PASS", 0.01),
+        # 1.1 < 1.2
+        "backward 128/128 N=2048 non-causal: speed / torch SDPA's": ("MISS", 1.1),
+        "backward 128/128 N=4096 non-causal: speed / torch SDPA's": ("n/a", None),
+        "backward 192/128 N=4096 non-causal: speed / torch SDPA's": ("n/a", None),
+        "forward D=128 N=8192: causal time / non-causal time": ("n/a", None),
+        "forward D=128 N=16384: flashlab workspace (MB; peak extra minus the returned arrays)":
+            ("PASS", 10.0),
+        "backward D=128 N=16384: flashlab workspace (MB; peak extra minus the returned arrays)":
+            ("MISS", 130.0),
+        # torch 20 ms / flashlab 10 ms; flashlab 10 ms / read 8 ms
+        "decode Sq=1 Sk=131072 H=32/Hkv=8: speed / torch SDPA's": ("PASS", 2.0),
+        "decode Sq=1 Sk=131072 H=32/Hkv=8: time / a plain read of K and V (every thread)":
+            ("PASS", 1.25),
+    }
+
+
+def test_decode_section(tiny_result):
+    """The tiny suite's decode row: every implementation timed, the ratios derived, markdown."""
+    (row,) = tiny_result["decode"]
+    assert (row["sk"], row["heads"], row["kv_heads"], row["d"]) == (64, 4, 2, 16)
+    assert set(row["seconds"]) == {"flashlab", "flashlab_tiled", "read_numpy", "read_2threads"}
+    assert row["kv_bytes"] == 2 * 2 * 64 * 16 * 4
+    assert all(len(t) == 1 and t[0] > 0 for t in row["times"].values())
+    assert row["vs_torch"] is None and row["over_read_2threads"] > 0
+    assert "## Decode" in bench.to_markdown(tiny_result)
+
+
+def test_decode_bench_tiny_with_torch():
+    """decode_bench with torch (GQA through enable_gqa), if torch is installed."""
+    pytest.importorskip("torch")
+    row = bench.decode_bench(32, heads=4, kv_heads=1, d=8, repeats=1)
+    r = bench.decode_ratios(row)
+    assert set(row["seconds"]) >= {"flashlab", "torch_sdpa"} and r["vs_torch"] > 0
+
+
+def test_cli_decode_only(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_suite(config, progress=None):
+        seen.append(config)
+        raise SystemExit(0)
+    monkeypatch.setattr(bench, "run_suite", fake_suite)
+    with pytest.raises(SystemExit):
+        bench.main(["--decode-only", "--decode-sizes", "1024", "--out", str(tmp_path)])
+    cfg = seen[0]
+    assert cfg.sizes == () and cfg.mla_sizes == () and cfg.decode_sizes == (1024,)
+    assert bench.attention_cases(cfg) == [] and bench.mla_cases(cfg) == []
+    with pytest.raises(SystemExit):
+        bench.main(["--no-decode", "--out", str(tmp_path)])
+    assert seen[1].decode_sizes == ()
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--decode-only", "--no-decode"])
+    assert e.value.code == 2
 
 
 def _outputs(case: bench.Case) -> tuple[np.ndarray, ...]:
@@ -348,7 +419,10 @@ def test_markdown_of_a_run_before_interleaving(tiny_result):
         r.pop("matmul_gflops", None)
     md = bench.to_markdown(old)
     assert "a run before interleaved timing" in md and "against the best of the two" in md
-    assert len(bench.evaluate_targets(old)) == 8
+    assert len(bench.evaluate_targets(old)) == 18
+    # a run before the decode section has none: its targets are n/a
+    del old["decode"]
+    assert [t["status"] for t in bench.evaluate_targets(old)][-2:] == ["n/a", "n/a"]
 
 
 def test_command_line(tmp_path, capsys):

@@ -241,6 +241,39 @@ def row_sum(x):
 
 
 @njit(cache=CACHE)
+def row_max(x, start):
+    """max(start, max_c x[c]) of a 1-D row, exact (so the same bits as a plain loop).
+
+    A plain ``m = x[c] if x[c] > m else m`` loop compiles to one chain of scalar ``vmaxss``,
+    each waiting for the last (~3-4 cycles apiece): LLVM does not vectorise a float max
+    reduction for Numba, not even with ``fastmath`` (checked in the assembly). Eight
+    independent running maxima overlap in the pipeline; the max is exact in any order.
+    Measured on a 256 x 128 float32 tile (CPU time of one thread): 10.7 us -> 4.8 us.
+    """
+    n = x.shape[0]
+    n8 = n - n % 8
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = start
+    for c in range(0, n8, 8):
+        a0 = x[c] if x[c] > a0 else a0
+        a1 = x[c + 1] if x[c + 1] > a1 else a1
+        a2 = x[c + 2] if x[c + 2] > a2 else a2
+        a3 = x[c + 3] if x[c + 3] > a3 else a3
+        a4 = x[c + 4] if x[c + 4] > a4 else a4
+        a5 = x[c + 5] if x[c + 5] > a5 else a5
+        a6 = x[c + 6] if x[c + 6] > a6 else a6
+        a7 = x[c + 7] if x[c + 7] > a7 else a7
+    for c in range(n8, n):
+        a0 = x[c] if x[c] > a0 else a0
+    a0 = a1 if a1 > a0 else a0
+    a2 = a3 if a3 > a2 else a2
+    a4 = a5 if a5 > a4 else a4
+    a6 = a7 if a7 > a6 else a6
+    a0 = a2 if a2 > a0 else a0
+    a4 = a6 if a6 > a4 else a4
+    return a4 if a4 > a0 else a0
+
+
+@njit(cache=CACHE)
 def online_softmax_update(s, v_blk, m, l, acc):
     """Fold one score tile into the running state; ``s`` is overwritten with P~ = e^{S - m_new}.
 
@@ -264,10 +297,7 @@ def rescale_rows(s, m, l, acc):
     kbuf = np.empty(cols, dtype=np.int32)
     for r in range(rows):
         # m_new = max(m, rowmax(S))
-        m_new = m[r]
-        for c in range(cols):
-            if s[r, c] > m_new:
-                m_new = s[r, c]
+        m_new = row_max(s[r], m[r])
         if m_new == -np.inf:
             # no allowed key seen yet in this row: P~ = 0 and the state stays (m=-inf, l=0, O~=0)
             for c in range(cols):

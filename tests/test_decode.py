@@ -1,0 +1,203 @@
+"""The split-KV decode forward (:mod:`flashlab.kernels.decode`) against the float64 reference.
+
+``flash_attention`` runs it automatically for a short query (``Sq <= DECODE_MAX_SQ``, one
+q-block, no RoPE operands); these tests pin that dispatch, then check the decode path over
+Sk, head layouts (GQA 32/8, MQA, MHA), masks, bias/ALiBi/dropout and dtypes with the shared
+tolerance rule of ``conftest.check_forward``; that it computes the tiles the tiled forward
+does; and that its bits do not depend on the thread count.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import check_forward, make_qkv, random_mask
+
+import flashlab
+from flashlab import api
+from flashlab.validation import prepare
+from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
+
+SKS = [1, 7, 129, 1000, 5000]
+#: (H, Hkv): GQA 32/8, MQA, MHA
+HEADS = {"gqa32/8": (32, 8), "mqa4/1": (4, 1), "mha4": (4, 4)}
+D = 32
+
+
+def _options(kind: str, B: int, H: int, Sq: int, Sk: int) -> dict:
+    """Named masks and extras. flashlab's causal is top-left: row i sees keys j <= i, so with
+    Sq = 1 the one row sees key 0 only (decode's 'all the cache' is no mask, or a window)."""
+    rng = np.random.default_rng(5)
+    if kind == "none":
+        return {}
+    if kind == "causal":
+        return {"causal": True}
+    if kind == "window":
+        # the last 100 keys before i + Sk - 1 ... as a band around row i: j in [i - 3, i + 300]
+        return {"window": (3, 300)}
+    if kind == "key-padding":
+        m = random_mask((B, 1, 1, Sk), seed=3, full_rows=0)
+        m[..., 0] = False          # every row keeps at least one key
+        return {"mask": m}
+    if kind == "bias":
+        return {"bias": rng.standard_normal((B, H, Sq, Sk)).astype(np.float32)}
+    if kind == "alibi":
+        return {"alibi_slopes": 2.0 ** -np.arange(1, H + 1, dtype=np.float64)}
+    if kind == "dropout":
+        return {"dropout_p": 0.25, "seed": 11, "offset": 3}
+    raise ValueError(kind)
+
+
+KINDS = ["none", "causal", "window", "key-padding", "bias", "alibi", "dropout"]
+
+
+def test_dispatch():
+    """Decode runs for short queries in one q-block without RoPE; the tiled forward otherwise."""
+    x = make_qkv(1, 8, 2, 4, 300, D, D)
+    assert api.uses_decode(prepare(**x))
+    assert not api.uses_decode(prepare(**x, block_q=2))               # two q-blocks
+    y = make_qkv(1, 8, 2, DECODE_MAX_SQ + 1, 300, D, D)
+    assert not api.uses_decode(prepare(**y))
+    z = make_qkv(1, 8, 2, 4, 300, D, D, Dr=8)
+    assert not api.uses_decode(prepare(**z))                          # RoPE operands
+
+
+@pytest.mark.parametrize("heads", list(HEADS), ids=str)
+@pytest.mark.parametrize("sk", SKS, ids=lambda s: f"Sk{s}")
+@pytest.mark.parametrize("sq", [1, 3], ids=lambda s: f"Sq{s}")
+def test_decode_grid(sq, sk, heads):
+    H, Hkv = HEADS[heads]
+    B = 2
+    x = make_qkv(B, H, Hkv, sq, sk, D, 24, seed=sk + sq)
+    for kind in KINDS:
+        check_forward(x, **_options(kind, B, H, sq, sk))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("kind", ["none", "window", "key-padding", "bias", "dropout"])
+def test_decode_dtypes_and_large_logits(dtype, kind):
+    B, H, Hkv, Sq, Sk = 1, 8, 2, 2, 1000
+    for q_scale in (1.0, 25.0):
+        x = make_qkv(B, H, Hkv, Sq, Sk, D, D, dtype=dtype, seed=2, q_scale=q_scale)
+        opts = _options(kind, B, H, Sq, Sk)
+        if "bias" in opts:
+            opts["bias"] = opts["bias"].astype(dtype)
+        check_forward(x, **opts)
+
+
+def _tiled(x: dict, **opts) -> tuple:
+    """The tiled forward on the same problem (the decode dispatch switched off)."""
+    p = prepare(**x, **opts)
+    saved = api.uses_decode
+    api.uses_decode = lambda p: False
+    try:
+        return api.forward_with_stats(p)
+    finally:
+        api.uses_decode = saved
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "window", "key-padding", "dropout"])
+def test_same_tiles_and_result_as_the_tiled_forward(kind):
+    """Decode computes exactly the tiles the tiled forward does (per head) and the same o,
+    lse, row max up to rounding (the sums are taken in another order)."""
+    B, H, Hkv, Sq, Sk = 2, 8, 2, 3, 1000
+    x = make_qkv(B, H, Hkv, Sq, Sk, D, D, seed=4)
+    opts = dict(_options(kind, B, H, Sq, Sk), block_k=64)
+    if kind == "key-padding":
+        # whole kv-blocks masked for one batch: those tiles are skipped
+        opts["mask"][1, ..., 64:256] = True
+    p = prepare(**x, **opts)
+    assert api.uses_decode(p)
+    o, lse, row_max, tiles = api.forward_with_stats(p)
+    o2, lse2, row_max2, tiles2 = _tiled(x, **opts)
+    np.testing.assert_array_equal(tiles, tiles2)
+    np.testing.assert_allclose(o, o2, atol=2e-6)
+    np.testing.assert_allclose(lse, lse2, atol=2e-6)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse2))
+    np.testing.assert_allclose(row_max, row_max2, atol=1e-6)
+
+
+def test_rows_with_no_allowed_key():
+    """A row whose keys are all masked gives o = 0, lse = -inf in every chunk and the merge."""
+    B, H, Hkv, Sq, Sk = 1, 4, 1, 2, 5000
+    x = make_qkv(B, H, Hkv, Sq, Sk, D, D)
+    mask = np.zeros((B, 1, 1, Sk), dtype=bool)
+    mask[...] = True
+    o, lse = flashlab.flash_attention(**x, mask=mask)
+    assert (o == 0).all() and np.isneginf(lse).all()
+    # window j in [i + 2, i + 3]: row 0 sees keys 2, 3 (one chunk), row 1 keys 3, 4
+    check_forward(x, window=(-2, 3))
+
+
+def test_split_depends_on_shape_only():
+    assert kv_splits(1, 8, 1024) == 2           # 8 kv heads: 2 chunks give 16 work items
+    assert kv_splits(1, 1, 1024) == 16          # MQA: the key axis in 16 chunks
+    assert kv_splits(1, 1, 8) == 2              # never chunks shorter than 4 kv-blocks
+    assert kv_splits(16, 8, 1024) == 1          # enough (batch, kv head) items already
+    assert kv_splits(1, 1, 1) == 1
+
+
+def test_errors_are_the_forwards():
+    """NaN inputs and overflowing scores raise on the decode path as on the tiled one."""
+    x = make_qkv(1, 4, 1, 1, 300, D, D)
+    x["k"][0, 0, 17, 3] = np.nan
+    with pytest.raises(ValueError, match="k contains NaN or inf"):
+        flashlab.flash_attention(**x)
+    y = make_qkv(1, 4, 1, 1, 300, D, D)
+    y["q"] *= 1e20
+    y["k"] *= 1e20
+    with pytest.raises(ValueError, match="overflow"):
+        flashlab.flash_attention(**y)
+
+
+DETERMINISM_SCRIPT = """
+import hashlib, json, pickle, sys
+import numba
+import flashlab
+
+with open(sys.argv[1], "rb") as f:
+    problems = pickle.load(f)
+out = {}
+for name, p in problems.items():
+    hashes = {}
+    for threads in (1, 3, 4):
+        numba.set_num_threads(threads)
+        o, lse = flashlab.flash_attention(**p["inputs"], **p["opts"])
+        hashes[threads] = hashlib.sha256(o.tobytes() + lse.tobytes()).hexdigest()
+    out[name] = hashes
+print(json.dumps(dict(max_threads=numba.config.NUMBA_NUM_THREADS, hashes=out)))
+"""
+
+
+def test_deterministic_across_thread_counts(tmp_path):
+    """A subprocess with NUMBA_NUM_THREADS=4 runs the decode forward at 1, 3 and 4 threads:
+    the sha256 of (o, lse) must be identical and equal to this process's result (16 chunks
+    for MQA, so 3 and 4 threads split the chunks differently)."""
+    problems = {}
+    for name, (H, Hkv, Sq, opts) in {
+        "mqa-16-chunks": (4, 1, 1, {}),
+        "gqa-dropout-padding": (8, 2, 3, dict(dropout_p=0.2, seed=5,
+                                              mask=random_mask((1, 1, 1, 5000), full_rows=0))),
+    }.items():
+        problems[name] = dict(inputs=make_qkv(1, H, Hkv, Sq, 5000, D, D, seed=9), opts=opts)
+    expected = {}
+    for name, p in problems.items():
+        o, lse = flashlab.flash_attention(**p["inputs"], **p["opts"])
+        expected[name] = hashlib.sha256(o.tobytes() + lse.tobytes()).hexdigest()
+    path = tmp_path / "problems.pkl"
+    path.write_bytes(pickle.dumps(problems))
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(path)], env=env,
+                         capture_output=True, text=True, timeout=180,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["max_threads"] == 4
+    for name, hashes in result["hashes"].items():
+        assert set(hashes.values()) == {expected[name]}, f"{name}: {hashes} vs {expected[name]}"
