@@ -23,7 +23,7 @@ TINY = bench.BenchConfig(sizes=(32, 64), shapes=((24, 16),), heads=2, block=(16,
                          mla_dims=(16, 8, 16), mla_memory_sizes=(), matmul_n=64,
                          matmul_repeats=1, first_call="cache", simulator_tasks=2000,
                          decode_sizes=(64,), decode_heads=(4, 2), decode_dim=16,
-                         decode_repeats=1)
+                         decode_repeats=1, pipeline_explorer=False)
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +151,9 @@ def test_json_and_markdown_round_trip(tiny_result, tmp_path):
                     "## Skipped and failed cases", "## Notes"):
         assert heading in md
     # every target is listed; none measurable at these sizes but decode's time over the read
-    # of K and V (measured at any size; torch is not in the tiny suite)
-    assert md.count("n/a  ") == len(res["targets"]) - 1 == 17
+    # of K and V (measured at any size; torch is not in the tiny suite) and the tile explorer's
+    # step (the tiny suite leaves the pipeline explorer out)
+    assert md.count("n/a  ") == len(res["targets"]) - 2 == 18
     assert bench.BenchConfig.from_dict(loaded["config"]) == TINY
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": 0}))
@@ -206,24 +207,24 @@ def test_mla_memory_matches_the_cost_model():
 def test_skip_rules(monkeypatch):
     big = bench.Case("numpy_naive", "forward", 16384, 128, 128)
     cfg = bench.BenchConfig(naive_max_n=8192)
-    reason = bench._skip_reason(big, cfg, True, {})
+    reason = bench.skip_reason(big, cfg, True, {})
     assert "naive_max_n=8192" in reason
     # memory: 8 heads x 16384^2 x 4 bytes of scores (8.6 GB) cannot fit in 4 GB; flashlab can
-    monkeypatch.setattr(bench, "available_bytes", lambda: 4 * 10 ** 9)
-    assert "would not fit in memory" in bench._skip_reason(big, bench.FULL, True, {})
-    assert bench._skip_reason(bench.Case("flashlab", "forward", 16384, 128, 128),
-                              bench.FULL, True, {}) is None
+    monkeypatch.setattr(bench.suite, "available_bytes", lambda: 4 * 10 ** 9)
+    assert "would not fit in memory" in bench.skip_reason(big, bench.FULL, True, {})
+    assert bench.skip_reason(bench.Case("flashlab", "forward", 16384, 128, 128),
+                             bench.FULL, True, {}) is None
     # time: predicted from the same series at a smaller N, x4 per doubling
     small = bench.Case("flashlab", "forward", 1024, 128, 128)
     done = {small: {"status": "ok", "n": 1024, "seconds": 100.0}}
-    monkeypatch.setattr(bench, "available_bytes", lambda: 10 ** 12)
-    reason = bench._skip_reason(bench.Case("flashlab", "forward", 2048, 128, 128),
-                                bench.FULL, True, done)
+    monkeypatch.setattr(bench.suite, "available_bytes", lambda: 10 ** 12)
+    reason = bench.skip_reason(bench.Case("flashlab", "forward", 2048, 128, 128),
+                               bench.FULL, True, done)
     assert "~400 s per call" in reason
-    assert bench._skip_reason(bench.Case("flashlab", "backward", 2048, 128, 128),
-                              bench.FULL, True, done) is None
+    assert bench.skip_reason(bench.Case("flashlab", "backward", 2048, 128, 128),
+                             bench.FULL, True, done) is None
     # torch missing
-    assert "torch is not installed" in bench._skip_reason(
+    assert "torch is not installed" in bench.skip_reason(
         bench.Case("torch_sdpa", "forward", 64, 16, 16), bench.FULL, False, {})
 
 
@@ -231,7 +232,7 @@ def test_skipped_case_is_reported(monkeypatch, tmp_path):
     cfg = bench.BenchConfig(sizes=(32,), shapes=((16, 16),), causal=(False,), heads=1,
                             baselines=("numpy_naive",), naive_max_n=16, repeats=1,
                             memory_sizes=(), mla_sizes=(), matmul_n=32, matmul_repeats=1,
-                            first_call=None)
+                            first_call=None, pipeline_explorer=False)
     res = bench.run_suite(cfg)
     naive = [r for r in res["cases"] if r["impl"] == "numpy_naive"]
     assert [r["status"] for r in naive] == ["skipped"]
@@ -275,7 +276,7 @@ def test_targets_pass_miss_and_missing():
              gbps={k: 1.0 / v for k, v in t.items()})
         for sk, t in ((1024, small), (131072, times))]
     t = {x["name"]: x for x in bench.evaluate_targets(result)}
-    assert len(t) == len(bench.evaluate_targets(result)) == 18  # the names are distinct
+    assert len(t) == len(bench.evaluate_targets(result)) == 20  # the names are distinct
     got = {name: (x["status"], None if x["value"] is None else round(x["value"], 4))
            for name, x in t.items()}
     assert got == {
@@ -303,6 +304,9 @@ def test_targets_pass_miss_and_missing():
         "decode Sq=1 Sk=131072 H=32/Hkv=8: speed / torch SDPA's": ("PASS", 2.0),
         "decode Sq=1 Sk=131072 H=32/Hkv=8: time / a plain read of K and V (every thread)":
             ("PASS", 1.25),
+        # no explorer timings in this result
+        "tile explorer: median seconds per change": ("n/a", None),
+        "pipeline explorer: median seconds per change": ("n/a", None),
     }
 
 
@@ -331,7 +335,7 @@ def test_cli_decode_only(monkeypatch, tmp_path):
     def fake_suite(config, progress=None):
         seen.append(config)
         raise SystemExit(0)
-    monkeypatch.setattr(bench, "run_suite", fake_suite)
+    monkeypatch.setattr(bench.cli, "run_suite", fake_suite)
     with pytest.raises(SystemExit):
         bench.main(["--decode-only", "--decode-sizes", "1024", "--out", str(tmp_path)])
     cfg = seen[0]
@@ -387,10 +391,10 @@ def test_torch_computes_what_flashlab_computes(causal):
 
 
 def test_without_torch_its_cases_are_skipped(monkeypatch):
-    monkeypatch.setattr(bench, "torch_available", lambda: False)
+    monkeypatch.setattr(bench.suite, "torch_available", lambda: False)
     cfg = bench.BenchConfig(sizes=(32,), shapes=((16, 16),), causal=(False,), heads=1,
                             repeats=1, memory_sizes=(), mla_sizes=(), matmul_n=32,
-                            matmul_repeats=1, first_call=None)
+                            matmul_repeats=1, first_call=None, pipeline_explorer=False)
     res = bench.run_suite(cfg)
     torch_rows = [r for r in res["cases"] if r["impl"] == "torch_sdpa"]
     assert len(torch_rows) == 2 and all(r["status"] == "skipped" for r in torch_rows)
@@ -419,10 +423,11 @@ def test_markdown_of_a_run_before_interleaving(tiny_result):
         r.pop("matmul_gflops", None)
     md = bench.to_markdown(old)
     assert "a run before interleaved timing" in md and "against the best of the two" in md
-    assert len(bench.evaluate_targets(old)) == 18
+    assert len(bench.evaluate_targets(old)) == 20
     # a run before the decode section has none: its targets are n/a
     del old["decode"]
-    assert [t["status"] for t in bench.evaluate_targets(old)][-2:] == ["n/a", "n/a"]
+    status = {t["name"]: t["status"] for t in bench.evaluate_targets(old)}
+    assert [s for name, s in status.items() if name.startswith("decode")] == ["n/a", "n/a"]
 
 
 def test_command_line(tmp_path, capsys):
@@ -440,7 +445,7 @@ def test_cli_mla_only(monkeypatch, tmp_path):
     def fake_suite(config, progress=None):
         seen.append(config)
         raise SystemExit(0)
-    monkeypatch.setattr(bench, "run_suite", fake_suite)
+    monkeypatch.setattr(bench.cli, "run_suite", fake_suite)
     with pytest.raises(SystemExit):
         bench.main(["--mla-only", "--out", str(tmp_path)])
     cfg = seen[0]
@@ -477,7 +482,7 @@ def test_settle_pause_before_every_timed_call(monkeypatch):
     cases = [bench.Case(impl, "forward", 32, 16, 16, heads=1, block=(16, 16))
              for impl in ("flashlab", "numpy_naive")]
     slept = []
-    monkeypatch.setattr(bench.time, "sleep", slept.append)
+    monkeypatch.setattr(bench.measure.time, "sleep", slept.append)
     timed, _ = bench.time_interleaved(cases, repeats=2, max_timed_seconds=100, matmul_n=32,
                                       settle_seconds=0.25)
     assert slept == [0.25] * (2 * (len(cases) + 1))
@@ -485,3 +490,24 @@ def test_settle_pause_before_every_timed_call(monkeypatch):
     assert bench.FULL.settle_seconds == 1.0 and bench.QUICK.settle_seconds == 0.0
     with pytest.raises(ValueError, match="settle_seconds"):
         bench.BenchConfig(settle_seconds=-1)
+
+
+def test_pipeline_explorer_timing_in_result_and_report():
+    """A run with only the explorer timings: the pipeline explorer's record, its report line
+    and its target (no timing is asserted)."""
+    assert bench.FULL.pipeline_explorer and not bench.QUICK.pipeline_explorer
+    cfg = bench.BenchConfig(sizes=(), mla_sizes=(), matmul_n=32, matmul_repeats=1,
+                            first_call=None, simulator_tasks=None, tile_explorer=False,
+                            pipeline_explorer=True)
+    lines = []
+    res = bench.run_suite(cfg, progress=lines.append)
+    assert "pipeline explorer changes ..." in lines
+    pex = res["pipeline_explorer"]
+    assert set(pex) >= {"changes", "median_s", "max_s", "build_s", "figures_built", "target_s"}
+    assert pex["changes"] > 0 and 0 < pex["median_s"] <= pex["max_s"]
+    assert "tile_explorer" not in res
+    md = bench.to_markdown(json.loads(json.dumps(res)))
+    assert "## Pipeline explorer" in md and "## Tile explorer" not in md
+    target = {t["name"]: t for t in res["targets"]}
+    assert target["pipeline explorer: median seconds per change"]["status"] in ("PASS", "MISS")
+    assert target["tile explorer: median seconds per change"]["status"] == "n/a"
