@@ -18,6 +18,8 @@ from numba import njit, prange
 
 from flashlab.numba_cache import CACHE
 
+__all__ = ["finite_and_max_sq_norm", "SCAN_CHUNKS"]
+
 #: the rows are cut into this many chunks, one parallel item each (a constant: the result is a
 #: max and an "and", which do not depend on the order, but there is no reason to vary it)
 SCAN_CHUNKS = 64

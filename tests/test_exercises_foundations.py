@@ -353,10 +353,10 @@ def tile_with(mistake):
     """tile_class with one planted mistake: the checker's own variant (``None``: no mistake),
     so the planted function and the answer the checker predicts for it are one definition;
     ``test_tile_class_right`` checks the mistake-free variant against the Numba original."""
-    from flashlab.exercises.foundations import _tile_variant
+    from flashlab.exercises.foundations import tile_class_variant
 
     def fn(i0, i1, j0, j1, left, right):
-        return _tile_variant(i0, i1, j0, j1, left, right, mistake)
+        return tile_class_variant(i0, i1, j0, j1, left, right, mistake)
     return fn
 
 

@@ -56,7 +56,7 @@ def test_explorer_draws_the_current_step():
     ex = TileExplorer(sq=16, sk=16, block_q=8, block_k=8, mask_kind="random dense mask")
     assert ex.figure is not None
     ex.next.click()
-    assert "tile 2/4" in ex.figure._suptitle.get_text()
+    assert "tile 2/4" in ex.figure.get_suptitle()
     (shown,) = ex.out.outputs
     assert shown["data"]["text/plain"] == "<tile 2 of 4>"
     assert shown["data"]["image/png"].startswith("iVBORw0KGgo")   # base64 of the PNG header
@@ -123,12 +123,12 @@ def test_a_step_moves_artists_and_builds_nothing(monkeypatch):
         assert [len(ax.get_children()) for ax in axes] == children
         st = ex.walk.steps[index]
         # the outline sits on the step's tile, dashed when skipped; one dot per earlier computed tile
-        x, y, w, h = ex.view._current.get_bbox().bounds
+        x, y, w, h = ex.view.current.get_bbox().bounds
         assert (x, y, w, h) == (st.cols[0], st.rows[0], st.cols[1] - st.cols[0], st.rows[1] - st.rows[0])
-        assert (ex.view._current.get_linestyle() == "--") == st.skipped
+        assert (ex.view.current.get_linestyle() == "--") == st.skipped
         earlier = sum(not s.skipped for s in ex.walk.steps[:index])
-        assert len(ex.view._dots.get_xdata()) == earlier
-        assert f"tile {index + 1}/{ex.n_steps}" in fig._suptitle.get_text()
+        assert len(ex.view.dots.get_xdata()) == earlier
+        assert f"tile {index + 1}/{ex.n_steps}" in fig.get_suptitle()
     assert len(built) == 1                     # stepping built no figure
     ex.block_q.value = 4                        # a new walk: one new figure
     assert len(built) == 2 and ex.figure is not fig
@@ -144,11 +144,11 @@ def test_walk_view_one_row_qblocks_and_legend():
     view = WalkView(walk, o_ref)
     for index, st in enumerate(walk.steps):
         view.update(index)
-        x, y = view._m_after.get_data()
+        x, y = view.m_after.get_data()
         finite = np.isfinite(y)
         if np.isfinite(st.m).all():
             assert finite.sum() == 2 and x[finite][1] - x[finite][0] > 0.5   # a visible segment
-        visible = [b for b in view._l_bars if b.get_visible()]
+        visible = [b for b in view.l_bars if b.get_visible()]
         assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]))
     labels = [t.get_text() for t in view.fig.legends[0].get_texts()]
     assert any("computed earlier" in t for t in labels) and any("skipped" in t for t in labels)

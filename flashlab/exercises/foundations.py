@@ -639,7 +639,7 @@ _TILE_BANDS = ((1 << 20, 0), (1 << 20, 3), (3, 1 << 20), (5, 3), (10, -2), (-2, 
 _CLASS_NAMES = {c: name.upper() for c, name in TILE_CLASS_NAMES.items()}
 
 
-def _tile_variant(i0, i1, j0, j1, left, right, mistake):
+def tile_class_variant(i0, i1, j0, j1, left, right, mistake):
     """tile_class with one *mistake* plugged in (the checker's wrong answers)."""
     # empty: the tile lies right of the most permissive row's band, or left of it
     if mistake == "empty_exclusive_ends":
@@ -723,7 +723,7 @@ def check_tile_class(fn: Callable[[int, int, int, int, int, int], int]) -> Feedb
         "no_negative_band": "with left + right < 0 no row allows any key (the interval "
                             "[i - left, i + right] is empty), so every tile is EMPTY; test that first.",
     }
-    mistakes = [Mistake(name, [_classify(lambda *t, name=name: _tile_variant(*t, name), band)
+    mistakes = [Mistake(name, [_classify(lambda *t, name=name: tile_class_variant(*t, name), band)
                                for band in _TILE_BANDS], hint)
                 for name, hint in hints.items()]
     named = [(f"the classes for (left, right) = {band}", got, exp) for band, got, exp in parts]

@@ -91,7 +91,9 @@ from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thre
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
                                       mask_at, mask_tile, score_tile, tile_fully_masked)
-from flashlab.tiling import MIN_WORK_ITEMS, q_splits  # noqa: F401  (the book reads backward.q_splits)
+
+__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
+           "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):

@@ -58,6 +58,9 @@ from flashlab.kernels.blas import gemm_nn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, mask_tile,
                                       rescale_rows, score_tile, tile_fully_masked)
 
+__all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
+           "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
+
 #: The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (and the query
 #: fits one q-block, no RoPE operands). Decode and speculative decoding have Sq of 1 to ~8.
 #: Measured (B=1, H=32, Hkv=8, D=128, fp32, interleaved): Sk=8192, Sq=1: decode 0.21 ms vs

@@ -56,6 +56,10 @@ from flashlab.dropout import keep
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 
+__all__ = ["score_tile", "mask_at", "add_bias_tile", "all_finite", "drop_tile", "mask_tile",
+           "tile_fully_masked", "exp_shifted", "row_sum", "row_max", "online_softmax_update",
+           "rescale_rows", "finalize_rows", "flash_forward_kernel"]
+
 
 @njit(cache=CACHE)
 def score_tile(qs_blk, k_blk, qrs_blk, kr_blk, has_rope, s):

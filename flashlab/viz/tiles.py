@@ -165,6 +165,11 @@ class WalkView:
     The layout is computed once (constrained layout, on the first draw) and then frozen, so a
     step does not re-run the layout engine either. ``fig`` may be given (it is cleared);
     otherwise a plain :class:`~matplotlib.figure.Figure` (not registered with pyplot) is made.
+
+    The moving artists are attributes, so a test or a reader can inspect a step: ``current``
+    (the current tile's outline, a ``Rectangle``), ``dots`` (the computed tiles' centres, a
+    ``Line2D``), ``m_after`` (the running max after the tile, a ``Line2D``) and ``l_bars``
+    (the bars of ``l``).
     """
 
     def __init__(self, walk, o_ref: np.ndarray, *, fig: Figure | None = None, w: float = 8.0,
@@ -204,9 +209,9 @@ class WalkView:
         ax.tick_params(labelleft=False, labelsize=f["tick"])
         ax.set_xlabel("key index j", fontsize=f["label"])
         ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
-        (self._dots,) = ax.plot([], [], "o", ms=4, color=PALETTE["text"])
-        self._current = Rectangle((0, 0), 1, 1, fill=False, lw=2.5, ec=PALETTE["text"])
-        ax.add_patch(self._current)
+        (self.dots,) = ax.plot([], [], "o", ms=4, color=PALETTE["text"])
+        self.current = Rectangle((0, 0), 1, 1, fill=False, lw=2.5, ec=PALETTE["text"])
+        ax.add_patch(self.current)
         self._strips = {"q": _strip(ax_q, sq, bq, PALETTE["q"], True, "Q"),
                         "k": _strip(ax_k, sk, bk, PALETTE["k"], False, "K"),
                         "v": _strip(ax_v, sk, bk, PALETTE["v"], False, "V")}
@@ -216,14 +221,14 @@ class WalkView:
 
         # ---- the right half: the running state of the current q-block's rows
         self.ax_m, self.ax_l, self.ax_e = right_fig.subplots(3, 1, sharex=True)
-        (self._m_after,) = self.ax_m.plot([], [], color=PALETTE["s"], lw=2.5,
+        (self.m_after,) = self.ax_m.plot([], [], color=PALETTE["s"], lw=2.5,
                                           solid_capstyle="butt", label="after this tile")
         (self._m_before,) = self.ax_m.plot([], [], color=PALETTE["text"], lw=1.2, ls="--",
                                            label="before")
         self.ax_m.set_title("running max m (dashed: before this tile)", fontsize=f["title"],
                             loc="left")
         slots = np.arange(bq, dtype=float)
-        self._l_bars = list(self.ax_l.bar(slots, np.zeros(bq), width=2 * _ROW_HALF,
+        self.l_bars = list(self.ax_l.bar(slots, np.zeros(bq), width=2 * _ROW_HALF,
                                           color=PALETTE["full"]))
         self.ax_l.set_title("running sum ℓ", fontsize=f["title"], loc="left")
         self._e_bars = list(self.ax_e.bar(slots, np.full(bq, ERR_FLOOR), width=2 * _ROW_HALF,
@@ -259,23 +264,23 @@ class WalkView:
         walk, st = self.walk, self.walk.steps[index]
         (i0, i1), (j0, j1) = st.rows, st.cols
         # the grid: current tile outline, dots on the tiles computed before this step
-        self._current.set_bounds(j0, i0, j1 - j0, i1 - i0)
-        self._current.set_linestyle("--" if st.skipped else "-")
+        self.current.set_bounds(j0, i0, j1 - j0, i1 - i0)
+        self.current.set_linestyle("--" if st.skipped else "-")
         n_done = int(np.searchsorted(self._computed_index, index))
-        self._dots.set_data(self._dot_x[:n_done], self._dot_y[:n_done])
+        self.dots.set_data(self._dot_x[:n_done], self._dot_y[:n_done])
         on_chip = None if st.skipped else st.kb
         self._set_strip("q", st.qb, PALETTE["q"])
         self._set_strip("k", on_chip, PALETTE["k"])
         self._set_strip("v", on_chip, PALETTE["v"])
         # the running state of the q-block's rows
         rows = np.arange(i0, i1, dtype=float)
-        self._m_after.set_data(*_row_segments(rows, _finite_or_nan(st.m)))
+        self.m_after.set_data(*_row_segments(rows, _finite_or_nan(st.m)))
         self._m_before.set_data(*_row_segments(rows, _finite_or_nan(st.m_prev)))
         (m_lo, m_hi), l_hi = self._limits[st.qb]
         self.ax_m.set_ylim(m_lo, m_hi)
         self.ax_l.set_ylim(0, l_hi)
         err = np.abs(st.o_partial.astype(np.float64) - self.o_ref[i0:i1]).max(axis=1)
-        for k, (lb, eb) in enumerate(zip(self._l_bars, self._e_bars)):
+        for k, (lb, eb) in enumerate(zip(self.l_bars, self._e_bars)):
             shown = k < rows.size
             lb.set_visible(shown)
             eb.set_visible(shown)
