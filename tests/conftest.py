@@ -12,6 +12,13 @@ exact (float64, or a single allowed key) are not judged against zero.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+
 import numpy as np
 
 import flashlab
@@ -177,3 +184,44 @@ def dense_allowed(B: int, H: int, Sq: int, Sk: int, causal: bool = False, window
     if mask is not None:
         ok = ok & ~np.broadcast_to(mask, (B, H, Sq, Sk))
     return ok
+
+
+# ---------------------------------------------------------------- determinism across thread counts
+_THREADS_SCRIPT = """
+import hashlib, json, pickle, sys
+import numba
+import flashlab
+
+with open(sys.argv[1], "rb") as f:
+    problems = pickle.load(f)
+out = {}
+for name, p in problems.items():
+    out[name] = {}
+    for threads in (1, 3, 4):
+        numba.set_num_threads(threads)
+        arrays = CALL
+        out[name][threads] = hashlib.sha256(b"".join(a.tobytes() for a in arrays)).hexdigest()
+print(json.dumps(dict(max_threads=numba.config.NUMBA_NUM_THREADS, hashes=out)))
+"""
+
+
+def sha256_of(arrays) -> str:
+    """One hash of the bytes of several arrays, in order."""
+    return hashlib.sha256(b"".join(a.tobytes() for a in arrays)).hexdigest()
+
+
+def hashes_at_1_3_4_threads(problems: dict, call: str, tmp_path, timeout: float = 180) -> dict:
+    """Run ``call`` (an expression of ``p``, one problem of ``problems``, giving arrays) in a
+    subprocess with ``NUMBA_NUM_THREADS=4`` at 1, 3 and 4 threads; return
+    ``{name: {"1": sha256, "3": ..., "4": ...}}``. More threads than this machine's 2 cores, so
+    the work items are split among threads in ways the tests in this process never see."""
+    path = tmp_path / "problems.pkl"
+    path.write_bytes(pickle.dumps(problems))
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT.replace("CALL", call), str(path)],
+                         env=env, capture_output=True, text=True, timeout=timeout,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["max_threads"] == 4 and set(result["hashes"]) == set(problems)
+    return result["hashes"]

@@ -29,13 +29,6 @@ The grid, as in test_forward.py, is a set of products:
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import pickle
-import subprocess
-import sys
-
 import numba
 import numpy as np
 import pytest
@@ -48,7 +41,7 @@ from flashlab.kernels.backward import flash_backward_kernel
 from flashlab.tiling import q_splits
 from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
                       ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, dense_allowed, make_qkv,
-                      mask_options, max_abs_err, pair_id)
+                      hashes_at_1_3_4_threads, mask_options, max_abs_err, pair_id, sha256_of)
 from test_forward import problems   # the forward's hypothesis strategy
 
 GRAD_NAMES = ("dq", "dk", "dv", "dq_rope", "dk_rope")
@@ -441,29 +434,6 @@ def test_split_depends_on_shape_only():
     assert q_splits(2, 1, 9) == 2
 
 
-DETERMINISM_SCRIPT = """
-import hashlib, json, pickle, sys
-import numba
-from flashlab import api
-
-with open(sys.argv[1], "rb") as f:
-    problems = pickle.load(f)
-out = {}
-for name, p in problems.items():
-    hashes = {}
-    for threads in (1, 3, 4):
-        numba.set_num_threads(threads)
-        grads = api.flash_attention_backward(p["do"], **p["inputs"], o=p["o"], lse=p["lse"], **p["opts"])
-        hashes[threads] = hashlib.sha256(b"".join(g.tobytes() for g in grads)).hexdigest()
-    out[name] = hashes
-print(json.dumps(dict(max_threads=numba.config.NUMBA_NUM_THREADS, hashes=out)))
-"""
-
-
-def _grad_hash(grads) -> str:
-    return hashlib.sha256(b"".join(g.tobytes() for g in grads)).hexdigest()
-
-
 def test_deterministic_with_4_threads_in_a_subprocess(tmp_path):
     """Beyond the 2 threads of this machine: a subprocess with NUMBA_NUM_THREADS=4 computes the
     gradients at 1, 3 and 4 threads (3 threads for 4 work items in the first case); the sha256 of
@@ -482,21 +452,15 @@ def test_deterministic_with_4_threads_in_a_subprocess(tmp_path):
         do = make_do(inputs)
         o, lse = flashlab.flash_attention(**inputs, **opts)
         problems[name] = dict(inputs=inputs, opts=opts, do=do, o=o, lse=lse)
-    expected = {name: _grad_hash(api.flash_attention_backward(p["do"], **p["inputs"], o=p["o"],
-                                                               lse=p["lse"], **p["opts"]))
+    expected = {name: sha256_of(api.flash_attention_backward(p["do"], **p["inputs"], o=p["o"],
+                                                              lse=p["lse"], **p["opts"]))
                 for name, p in problems.items()}
-    path = tmp_path / "problems.pkl"
-    path.write_bytes(pickle.dumps(problems))
-    env = dict(os.environ, NUMBA_NUM_THREADS="4", OPENBLAS_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(path)], env=env,
-                         capture_output=True, text=True, timeout=120,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["max_threads"] == 4 and set(result["hashes"]) == set(problems)
-    for name, hashes in result["hashes"].items():
-        assert set(hashes) == {"1", "3", "4"}
-        assert set(hashes.values()) == {expected[name]}, f"{name}: {hashes} vs in-process {expected[name]}"
+    hashes = hashes_at_1_3_4_threads(
+        problems, 'flashlab.flash_attention_backward(p["do"], **p["inputs"], o=p["o"], lse=p["lse"], '
+                  '**p["opts"])', tmp_path, timeout=120)
+    for name, h in hashes.items():
+        assert set(h) == {"1", "3", "4"}
+        assert set(h.values()) == {expected[name]}, f"{name}: {h} vs in-process {expected[name]}"
 
 
 # ------------------------------------------------------------------------ bad inputs

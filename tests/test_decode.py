@@ -8,16 +8,9 @@ does; and that its bits do not depend on the thread count.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import pickle
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import check_forward, make_qkv, random_mask
+from conftest import check_forward, hashes_at_1_3_4_threads, make_qkv, random_mask, sha256_of
 
 import flashlab
 from flashlab import api
@@ -156,25 +149,6 @@ def test_errors_are_the_forwards():
         flashlab.flash_attention(**y)
 
 
-DETERMINISM_SCRIPT = """
-import hashlib, json, pickle, sys
-import numba
-import flashlab
-
-with open(sys.argv[1], "rb") as f:
-    problems = pickle.load(f)
-out = {}
-for name, p in problems.items():
-    hashes = {}
-    for threads in (1, 3, 4):
-        numba.set_num_threads(threads)
-        o, lse = flashlab.flash_attention(**p["inputs"], **p["opts"])
-        hashes[threads] = hashlib.sha256(o.tobytes() + lse.tobytes()).hexdigest()
-    out[name] = hashes
-print(json.dumps(dict(max_threads=numba.config.NUMBA_NUM_THREADS, hashes=out)))
-"""
-
-
 def test_deterministic_across_thread_counts(tmp_path):
     """A subprocess with NUMBA_NUM_THREADS=4 runs the decode forward at 1, 3 and 4 threads:
     the sha256 of (o, lse) must be identical and equal to this process's result (16 chunks
@@ -186,18 +160,9 @@ def test_deterministic_across_thread_counts(tmp_path):
                                               mask=random_mask((1, 1, 1, 5000), full_rows=0))),
     }.items():
         problems[name] = dict(inputs=make_qkv(1, H, Hkv, Sq, 5000, D, D, seed=9), opts=opts)
-    expected = {}
-    for name, p in problems.items():
-        o, lse = flashlab.flash_attention(**p["inputs"], **p["opts"])
-        expected[name] = hashlib.sha256(o.tobytes() + lse.tobytes()).hexdigest()
-    path = tmp_path / "problems.pkl"
-    path.write_bytes(pickle.dumps(problems))
-    env = dict(os.environ, NUMBA_NUM_THREADS="4", OPENBLAS_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT, str(path)], env=env,
-                         capture_output=True, text=True, timeout=180,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["max_threads"] == 4
-    for name, hashes in result["hashes"].items():
-        assert set(hashes.values()) == {expected[name]}, f"{name}: {hashes} vs {expected[name]}"
+    expected = {name: sha256_of(flashlab.flash_attention(**p["inputs"], **p["opts"]))
+                for name, p in problems.items()}
+    hashes = hashes_at_1_3_4_threads(problems, 'flashlab.flash_attention(**p["inputs"], **p["opts"])',
+                                     tmp_path)
+    for name, h in hashes.items():
+        assert set(h.values()) == {expected[name]}, f"{name}: {h} vs {expected[name]}"
