@@ -20,8 +20,8 @@ from flashlab.numba_cache import CACHE
 
 __all__ = ["finite_and_max_sq_norm", "SCAN_CHUNKS"]
 
-#: the rows are cut into this many chunks, one parallel item each (a constant: the result is a
-#: max and an "and", which do not depend on the order, but there is no reason to vary it)
+#: The number of chunks the rows are cut into, one parallel item each. It is a constant because
+#: the result (a max and an "and") does not depend on the order and nothing is gained by varying it.
 SCAN_CHUNKS = 64
 
 

@@ -53,7 +53,7 @@ a case predicted, from the same series at a smaller N, to take more than ``max_c
 per call; numpy naive above ``naive_max_n``; torch cases when torch is missing. A case whose
 worker process fails (e.g. killed for memory) is recorded as failed with the reason.
 
-Targets (:func:`evaluate_targets`, thresholds in :data:`TARGETS`; the report prints them
+Targets (:func:`evaluate_targets`, thresholds in ``TARGETS``; the report prints them
 first, each PASS / MISS with its ratio, or n/a when its cases are not in the run): forward D=128
 N=4096 and 8192, causal and not, >= 1.1x torch's throughput and >= 85% of the matmul peak;
 forward 192/128 N=8192 >= 2x torch's speed with <= 1/50 of its peak extra memory; backward
@@ -68,15 +68,15 @@ K and V; the tile explorer's step and the pipeline explorer's change (medians) <
 (``enable_gqa``) and two reads of K and V (numpy's one-thread ``np.add.reduce`` and a parallel
 Numba read), which bound any decode from below since it must read K and V once.
 
-The full suite (:data:`FULL`, ``make bench``) takes about an hour on 2 cores and
+The full suite (``FULL``, ``make bench``) takes about an hour on 2 cores and
 needs ~11 GB free for numpy naive at N=16384 (``--naive-max-n 8192`` skips it). The quick
-subset (:data:`QUICK`, ``make bench-quick`` or ``--quick``) runs in under 2 minutes: N 1024 and
+subset (``QUICK``, ``make bench-quick`` or ``--quick``) runs in under 2 minutes: N 1024 and
 2048, one timed call per case, memory at N=1024 (non-causal) only, MLA at S=1024, decode at
 Sk=8192; it writes to ``bench-results/quick/``. Other options: ``--sizes``, ``--repeats``,
 ``--no-torch``, ``--no-mla``, ``--decode-only``, ``--no-decode``, ``--decode-sizes``, ``--out``.
 
 The package re-exports every public name of its modules, one per part of the suite:
-``config`` (:class:`BenchConfig`, :data:`FULL`, :data:`QUICK`, :class:`Case`), ``inputs``
+``config`` (:class:`BenchConfig`, ``FULL``, ``QUICK``, :class:`Case`), ``inputs``
 (random operands), ``runners`` (:class:`Runner` per implementation), ``measure`` (memory in a
 fresh process, interleaved timing, the matmul peak, Numba's first call), ``decode`` (the decode
 section), ``explorers`` (the explorers' timings), ``estimates`` (FLOPs, intensity, memory

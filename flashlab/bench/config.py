@@ -1,5 +1,5 @@
-"""What the benchmark suite measures: :class:`BenchConfig` (with the suites :data:`FULL` and
-:data:`QUICK`), one measurement :class:`Case`, and the constants they share.
+"""What the benchmark suite measures: :class:`BenchConfig` (with the suites ``FULL`` and
+``QUICK``), one measurement :class:`Case`, and the constants they share.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class BenchConfig:
       causal or not;
     - ``batch``, ``heads``: B and H; ``block``, ``backward_block``: flashlab's (block_q,
       block_k) for the forward cases and for the backward cases (the API's defaults);
-    - ``baselines``: which of :data:`BASELINES` to run (torch ones are skipped if torch is
+    - ``baselines``: which of ``BASELINES`` to run (torch ones are skipped if torch is
       missing);
     - ``repeats``, ``max_timed_seconds``: timed calls per case after the warm-up (see the
       module doc);
@@ -58,7 +58,7 @@ class BenchConfig:
     - ``pipeline_explorer``: time the pipeline explorer's changes
       (:func:`pipeline_explorer_timing`);
     - ``decode_sizes``, ``decode_heads``, ``decode_dim``, ``decode_sq``, ``decode_repeats``:
-      the decode section (:func:`decode_bench`): Sk values (none by default: :data:`FULL`
+      the decode section (:func:`decode_bench`): Sk values (none by default: ``FULL``
       has 8192, 32768 and 131072), (H, Hkv), head dim, query rows, timed rounds.
     """
 

@@ -1,4 +1,4 @@
-"""The targets: :data:`TARGETS` (thresholds), :func:`find_case` (one measured row) and
+"""The targets: ``TARGETS`` (thresholds), :func:`find_case` (one measured row) and
 :func:`evaluate_targets` (each target PASS / MISS / n/a, with its figures).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ TARGETS = {"forward_vs_torch": 1.1, "forward_of_peak": 0.85, "mla_forward_vs_tor
 
 
 def evaluate_targets(result: dict) -> list[dict]:
-    """The targets (:data:`TARGETS`), each a ratio of two figures of the same run (or a
+    """The targets (``TARGETS``), each a ratio of two figures of the same run (or a
     memory bound): forward D=128 at N 4096 and 8192, causal and not (throughput against torch
     SDPA and against the matmul peak timed with it); forward 192/128 N=8192 (speed and peak
     extra memory against torch); backward D=128 at N 2048 and 4096 and 192/128 at N=4096

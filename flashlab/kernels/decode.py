@@ -25,7 +25,7 @@ $$
 m &= \max_c m_c \\
 \ell &= \textstyle\sum_c e^{m_c - m}\,\ell_c \\
 O &= \textstyle\sum_c e^{m_c - m}\,\tilde O_c \,/\, \ell
-   \;=\; \sum_c e^{m_c - m}\,\ell_c\, O_c \,/\, \ell \qquad (O_c = \tilde O_c / \ell_c)\\
+\;=\; \sum_c e^{m_c - m}\,\ell_c\, O_c \,/\, \ell \qquad (O_c = \tilde O_c / \ell_c)\\
 \mathrm{LSE} &= m + \log \ell
 \end{aligned}
 $$
