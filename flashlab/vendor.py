@@ -405,14 +405,11 @@ def row(key: str, **kwargs) -> VendorRow:
     return rows[key]
 
 
-def _cell(e: Estimate) -> str:
-    return e.text + (f"; *{e.note}*" if e.note else "")
-
-
 def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
-    """The rows ``keys`` (all by default) as a markdown table: the figure, its source, the four
-    estimates (with what each compares when ``notes``) and the verdict; below it, what the
-    vendor's number and ours measure, row by row."""
+    """The rows ``keys`` (all by default) as a markdown table: the figure, its source, the vendor's
+    number, the four estimates and the verdict, one short cell each (so the table fits a page).
+    With ``notes``, below it, row by row: what the vendor's number and ours measure, and what
+    each estimate compares."""
     rows = vendor_table(**kwargs)
     if keys is not None:
         by_key = {r.key: r for r in rows}
@@ -429,10 +426,13 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r.figure} {{cite}}`{r.source}`", fmt_vendor(r)]
-        cells += [(_cell(r.estimates[k]) if notes else r.estimates[k].text) for k in ESTIMATES]
+        cells += [r.estimates[k].text for k in ESTIMATES]
         cells.append(r.verdict)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     if notes:
         lines.append("")
-        lines += [f"- *{r.figure.split(':')[0]}* — {r.compares}." for r in rows]
+        for r in rows:
+            what = "; ".join(f"{ESTIMATES[k].split(' (')[0]}: {r.estimates[k].note}"
+                             for k in ESTIMATES if r.estimates[k].note)
+            lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}." + (f" ({what}.)" if what else ""))
     return "\n".join(lines)
