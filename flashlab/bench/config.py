@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from flashlab.arguments import as_int
 from flashlab.cost import MLA_DATAFLOWS
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 
@@ -95,18 +96,14 @@ class BenchConfig:
     decode_repeats: int = 7
 
     def __post_init__(self):
-        for name in ("sizes", "mla_sizes"):
+        for name in ("sizes", "mla_sizes", "decode_sizes"):
             for n in getattr(self, name):
-                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                    raise ValueError(f"{name} must hold ints >= 1; got {getattr(self, name)!r}")
+                as_int(f"each of {name}", n, lo=1, what="an int >= 1")
         for b in self.baselines:
             if b not in BASELINES:
                 raise ValueError(f"baselines must be a subset of {BASELINES}; got {self.baselines!r}")
         if not 0 <= self.settle_seconds <= 60:
             raise ValueError(f"settle_seconds must be in [0, 60]; got {self.settle_seconds}")
-        for n in self.decode_sizes:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"decode_sizes must hold ints >= 1; got {self.decode_sizes!r}")
         if self.decode_heads[0] % self.decode_heads[1]:
             raise ValueError(f"decode_heads (H, Hkv) needs H % Hkv == 0; got {self.decode_heads}")
         if self.repeats < 1 or self.decode_repeats < 1:
