@@ -329,7 +329,8 @@ def test_decode_bench_tiny_with_torch():
     assert set(row["seconds"]) >= {"flashlab", "torch_sdpa"} and r["vs_torch"] > 0
 
 
-def test_cli_decode_only(monkeypatch, tmp_path):
+def config_from_cli(monkeypatch, argv: list[str]):
+    """The BenchConfig that ``bench.main(argv)`` would run (the suite itself is not run)."""
     seen = []
 
     def fake_suite(config, progress=None):
@@ -337,13 +338,15 @@ def test_cli_decode_only(monkeypatch, tmp_path):
         raise SystemExit(0)
     monkeypatch.setattr(bench.cli, "run_suite", fake_suite)
     with pytest.raises(SystemExit):
-        bench.main(["--decode-only", "--decode-sizes", "1024", "--out", str(tmp_path)])
-    cfg = seen[0]
+        bench.main(argv)
+    return seen[0]
+
+
+def test_cli_decode_only(monkeypatch, tmp_path):
+    cfg = config_from_cli(monkeypatch, ["--decode-only", "--decode-sizes", "1024", "--out", str(tmp_path)])
     assert cfg.sizes == () and cfg.mla_sizes == () and cfg.decode_sizes == (1024,)
     assert bench.attention_cases(cfg) == [] and bench.mla_cases(cfg) == []
-    with pytest.raises(SystemExit):
-        bench.main(["--no-decode", "--out", str(tmp_path)])
-    assert seen[1].decode_sizes == ()
+    assert config_from_cli(monkeypatch, ["--no-decode", "--out", str(tmp_path)]).decode_sizes == ()
     with pytest.raises(SystemExit) as e:
         bench.main(["--decode-only", "--no-decode"])
     assert e.value.code == 2
@@ -440,15 +443,7 @@ def test_command_line(tmp_path, capsys):
 
 
 def test_cli_mla_only(monkeypatch, tmp_path):
-    seen = []
-
-    def fake_suite(config, progress=None):
-        seen.append(config)
-        raise SystemExit(0)
-    monkeypatch.setattr(bench.cli, "run_suite", fake_suite)
-    with pytest.raises(SystemExit):
-        bench.main(["--mla-only", "--out", str(tmp_path)])
-    cfg = seen[0]
+    cfg = config_from_cli(monkeypatch, ["--mla-only", "--out", str(tmp_path)])
     assert cfg.sizes == () and cfg.mla_sizes == bench.FULL.mla_sizes
     assert cfg.first_call is None and cfg.simulator_tasks is None
     assert bench.attention_cases(cfg) == [] and bench.mla_cases(cfg)
