@@ -26,7 +26,7 @@ from numba import njit
 from flashlab.numba_cache import CACHE
 
 __all__ = ["NO_LIMIT", "EMPTY", "PARTIAL", "FULL", "TILE_CLASS_NAMES", "band_from", "clamp_side", "clamp_band",
-           "kv_block_range", "tile_class", "allowed", "classify_tiles"]
+           "kv_block_range", "tile_class", "band_box", "allowed", "classify_tiles"]
 
 #: Stand-in for an unbounded band side. Large enough that ``i - NO_LIMIT`` and
 #: ``i + NO_LIMIT`` never overflow int64 and always lie outside any sequence.
@@ -120,6 +120,33 @@ def tile_class(i0: int, i1: int, j0: int, j1: int, left: int, right: int) -> int
     if j0 >= i1 - 1 - left and j1 - 1 <= i0 + right:
         return FULL
     return PARTIAL
+
+
+@njit(cache=CACHE)
+def band_box(i0: int, i1: int, j0: int, j1: int, left: int, right: int):
+    """The smallest rows ``[ilo, ihi)`` x cols ``[jlo, jhi)`` of a tile holding all its band-allowed pairs.
+
+    For a non-EMPTY tile: row ``i`` has an allowed key in ``[j0, j1)`` iff
+    ``j0 - right <= i <= j1 - 1 + left``, and column ``j`` an allowed row in ``[ilo, ihi)`` iff
+    ``ilo - left <= j <= ihi - 1 + right``. The kernels compute only this box of a partial
+    tile: the rows and columns cut off are masked entirely, and their ``e^{-inf} = 0``
+    would change no state. On the causal diagonal with ``block_k < block_q`` that skips the
+    rows above the diagonal (half of a 256 x 128 tile at the top of its q-block); a FULL tile
+    is its own box.
+
+    >>> band_box(0, 256, 128, 256, 1 << 60, 0)    # causal: rows 0..127 see no key >= 128
+    (128, 256, 128, 256)
+    >>> band_box(0, 8, 0, 8, 2, 0)                 # window (2, 0) on the diagonal: whole tile
+    (0, 8, 0, 8)
+    """
+    left, right = clamp_side(left, j1, i1), clamp_side(right, i1, j1)
+    # rows: j0 - right <= i <= j1 - 1 + left
+    ilo = max(i0, j0 - right)
+    ihi = min(i1, j1 + left)
+    # columns: ilo - left <= j <= ihi - 1 + right
+    jlo = max(j0, ilo - left)
+    jhi = min(j1, ihi + right)
+    return ilo, ihi, jlo, jhi
 
 
 def allowed(sq: int, sk: int, left: int, right: int) -> np.ndarray:

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from flashlab.masks import (EMPTY, FULL, NO_LIMIT, PARTIAL, allowed, band_from, classify_tiles,
-                            kv_block_range, tile_class)
+from flashlab.masks import (EMPTY, FULL, NO_LIMIT, PARTIAL, allowed, band_box, band_from,
+                            clamp_band, classify_tiles, kv_block_range, tile_class)
 from conftest import dense_allowed
 
 # ------------------------------------------------------------------------------ band_from
@@ -145,3 +145,19 @@ def test_classify_tiles_causal_counts():
     c = classify_tiles(64, 64, 8, 8, *band_from(causal=True))
     assert (np.diag(c) == PARTIAL).all()
     assert (c[np.tril_indices(8, -1)] == FULL).all() and (c[np.triu_indices(8, 1)] == EMPTY).all()
+
+
+@pytest.mark.parametrize("sq,sk", [(9, 12), (12, 9), (7, 7)])
+def test_band_box_is_the_bounding_box_of_the_allowed_entries(sq, sk):
+    """Every sub-tile of three small problems under 42 bands: band_box against `allowed`."""
+    for left in (-3, -1, 0, 1, 2, 5, NO_LIMIT):
+        for right in (-3, -1, 0, 1, 3, NO_LIMIT):
+            a = allowed(sq, sk, *clamp_band(left, right, sq, sk))
+            for i0, i1, j0, j1 in itertools.product(range(sq), range(1, sq + 1),
+                                                    range(sk), range(1, sk + 1)):
+                if i1 <= i0 or j1 <= j0 or tile_class(i0, i1, j0, j1, left, right) == EMPTY:
+                    continue
+                sub = a[i0:i1, j0:j1]
+                rows, cols = np.flatnonzero(sub.any(1)), np.flatnonzero(sub.any(0))
+                want = (i0 + rows[0], i0 + rows[-1] + 1, j0 + cols[0], j0 + cols[-1] + 1)
+                assert band_box(i0, i1, j0, j1, left, right) == want, (i0, i1, j0, j1, left, right)

@@ -56,7 +56,8 @@ where ``part`` *is* the output (see :func:`flashlab.api.flash_attention_backward
 
 **Tile skipping** is the forward's, by construction: the same
 :func:`flashlab.masks.kv_block_range`, :func:`flashlab.masks.tile_class` and
-:func:`flashlab.kernels.forward.tile_fully_masked` decide which tiles are visited, and the
+:func:`flashlab.kernels.forward.tile_fully_masked` decide which tiles are visited,
+:func:`flashlab.masks.band_box` which rows and columns of a partial tile are computed, and the
 forward's :func:`~flashlab.kernels.forward.score_tile` and
 :func:`~flashlab.kernels.forward.mask_tile` recompute $S$ — so $P$ is recomputed from the
 very scores the forward normalised.
@@ -86,7 +87,7 @@ from numba import njit, prange
 
 from flashlab.numba_cache import CACHE
 
-from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
+from flashlab.masks import EMPTY, FULL, band_box, kv_block_range, tile_class
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
@@ -114,7 +115,6 @@ def probs_from_lse(s, lse_blk):
     (LSE >= rowmax(S), so every exponent is <= 0 as it requires).
     """
     rows, cols = s.shape
-    kbuf = np.empty(cols, dtype=np.int32)
     for r in range(rows):
         m = lse_blk[r]
         if m == -np.inf:
@@ -122,7 +122,7 @@ def probs_from_lse(s, lse_blk):
                 s[r, c] = 0.0
             continue
         # P_ij = exp(S_ij - LSE_i)
-        exp_shifted(s[r], m, kbuf)
+        exp_shifted(s[r], m)
 
 
 @njit(cache=CACHE)
@@ -271,60 +271,67 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
             for kb in range(kb0, kb1):
                 j0 = kb * block_k
                 j1 = min(j0 + block_k, Sk)
-                cols = j1 - j0
                 cls = tile_class(i0, i1, j0, j1, left, right)
                 if cls == EMPTY:
                     continue
                 if has_mask and tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
                     continue
-                k_blk = k[b, hk, j0:j1]
-                v_blk = v[b, hk, j0:j1]
-                kr_blk = k_rope[b, hr, j0:j1] if has_rope else k_rope[0, 0, 0:1]
-                s = s_buf[: rows * cols].reshape((rows, cols))
-                dp = dp_buf[: rows * cols].reshape((rows, cols))
+                # the forward's box: rows [ti0, ti1) x cols [tj0, tj1) of a partial tile hold
+                # all its allowed entries; the rest has P = 0 and adds 0 to every gradient
+                ti0, ti1, tj0, tj1 = band_box(i0, i1, j0, j1, left, right)
+                r0, r1 = ti0 - i0, ti1 - i0
+                rows_t, cols = r1 - r0, tj1 - tj0
+                k_blk = k[b, hk, tj0:tj1]
+                v_blk = v[b, hk, tj0:tj1]
+                kr_blk = k_rope[b, hr, tj0:tj1] if has_rope else k_rope[0, 0, 0:1]
+                qs_t = qs[r0:r1]
+                qrs_t = qrs[r0:r1] if has_rope else qrs
+                do_t = do_blk[r0:r1]
+                s = s_buf[: rows_t * cols].reshape((rows_t, cols))
+                dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
                 # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T) + bias, masked entries -inf
-                score_tile(qs, k_blk, qrs, kr_blk, has_rope, s)
+                score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
                 if check_overflow and not all_finite(s):
                     bad = 1
                 if has_bias or has_alibi:
-                    if add_bias_tile(s, i0, j0, bias2d, has_bias, slope, has_alibi,
+                    if add_bias_tile(s, ti0, tj0, bias2d, has_bias, slope, has_alibi,
                                      alibi_offset, alibi_sqrt, check_overflow):
                         bad = 1
                 if cls != FULL or has_mask:
-                    mask_tile(s, i0, j0, left, right, cls != FULL, mask2d, has_mask)
+                    mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
                 # P = exp(S - LSE_i)   (s now holds P)
-                probs_from_lse(s, lse_blk)
+                probs_from_lse(s, lse_blk[r0:r1])
                 # dP = dO_i V_j^T
-                gemm_nt(do_blk, v_blk, dp, 1.0, 0.0)
+                gemm_nt(do_t, v_blk, dp, 1.0, 0.0)
                 if dropout:
-                    pd = pd_buf[: rows * cols].reshape((rows, cols))
+                    pd = pd_buf[: rows_t * cols].reshape((rows_t, cols))
                     pd[:] = s
                     # Z o P: the forward's dropped entries, from the same counters
-                    drop_tile(pd, offset + ((b * H + h) * Sq + i0) * Sk + j0, Sk, seed,
+                    drop_tile(pd, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
                               drop_threshold)
                     # dV_j += (Z o P / k)^T dO_i
-                    gemm_tn(pd, do_blk, dv_acc[j0:j1], inv_keep, 1.0)
+                    gemm_tn(pd, do_t, dv_acc[tj0:tj1], inv_keep, 1.0)
                     # dP <- Z o dP / k
                     scale_kept(dp, pd, inv_keep)
                 else:
                     # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
-                    gemm_tn(s, do_blk, dv_acc[j0:j1], 1.0, 1.0)
+                    gemm_tn(s, do_t, dv_acc[tj0:tj1], 1.0, 1.0)
                 # dS = P * (dP - D_i)   (dp now holds dS)
-                ds_from_dp(s, dp, dsum)
+                ds_from_dp(s, dp, dsum[r0:r1])
                 # dS = 0 exactly on rows with a single allowed key
-                zero_one_key_rows(dp, one_key[:rows])
+                zero_one_key_rows(dp, one_key[r0:r1])
                 if want_dbias:
                     # dbias += dS   (the bias is added after scaling)
-                    add_dbias(dp, i0, j0, dbias2d)
+                    add_dbias(dp, ti0, tj0, dbias2d)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
-                gemm_nn(dp, k_blk, dq_acc, 1.0, 1.0)
+                gemm_nn(dp, k_blk, dq_acc[r0:r1], 1.0, 1.0)
                 # dK_j += scale dS^T Q_i = dS^T (scale Q_i)
-                gemm_tn(dp, qs, dk_acc[j0:j1], 1.0, 1.0)
+                gemm_tn(dp, qs_t, dk_acc[tj0:tj1], 1.0, 1.0)
                 if has_rope:
                     # dQ^rope_i += dS K^rope_j   (times scale after the last tile)
-                    gemm_nn(dp, kr_blk, dqr_acc, 1.0, 1.0)
+                    gemm_nn(dp, kr_blk, dqr_acc[r0:r1], 1.0, 1.0)
                     # dK^rope_j += scale dS^T Q^rope_i = dS^T (scale Q^rope_i)
-                    gemm_tn(dp, qrs, dkr_acc[j0:j1], 1.0, 1.0)
+                    gemm_tn(dp, qrs_t, dkr_acc[tj0:tj1], 1.0, 1.0)
                 done += 1
             # dQ_i = scale * sum_j dS K_j
             dq[b, h, i0:i1] = dq_acc * scale
