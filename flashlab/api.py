@@ -16,9 +16,11 @@ import numpy as np
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
 from flashlab.kernels.forward import flash_forward_kernel
+from flashlab.masks import kv_block_range
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import Problem, as_bool, contiguous, prepare, scores_may_overflow
+from flashlab.validation import (Problem, as_bool, contiguous, prepare, scan_kv,
+                                 scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
@@ -63,8 +65,12 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     ``check_overflow``: test every tile (True), none (False, for tests that plant NaN on
     purpose) or only when :func:`~flashlab.validation.scores_may_overflow` says so (None).
     """
+    decode = uses_decode(p)
+    if not p.kv_scanned and not decode:
+        scan_kv(p)
     if check_overflow is None:
-        check_overflow = scores_may_overflow(p, compute_dtype(p.dtype))
+        # without k's scan (decode checks what it reads) there is no bound: check every tile
+        check_overflow = scores_may_overflow(p, compute_dtype(p.dtype)) if p.kv_scanned else True
     B, H, _, Sq, _, _, Dv = p.shape
     ct = compute_dtype(p.dtype)
     q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
@@ -78,7 +84,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=ct)
     row_max = np.empty((B, H, Sq), dtype=ct)
-    if uses_decode(p):
+    if decode:
         tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
         return o, lse, row_max, tiles
     n_qb = -(-Sq // p.block_q)
@@ -114,10 +120,22 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
     part_acc = np.empty((B, Hkv, n_split, group * Sq, Dv), dtype=ct)
     part_tiles = np.zeros((B, Hkv, n_split, group), dtype=np.int64)
     overflow = np.zeros((B, Hkv, n_split), dtype=np.int64)
+    nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
     flash_decode_kernel(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
                         p.left, p.right, p.block_k, n_split, p.drop_threshold,
                         np.uint64(p.seed), p.offset, check_overflow, part_m, part_l, part_acc,
-                        part_tiles, overflow)
+                        part_tiles, overflow, nonfinite)
+    if not p.kv_scanned:
+        # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
+        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN). Only then is
+        # the whole of K and V scanned, for the message; the key rows the band kept the kernel
+        # from reading are scanned here (none without causal/window).
+        if nonfinite.any() or not np.isfinite(part_acc).all():
+            scan_kv(p)
+        else:
+            kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
+            scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
+                    else (0, 0))
     _raise_on_overflow(p, overflow, ct)
     tiles = np.zeros(B * H, dtype=np.int64)
     merge_splits(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
@@ -155,7 +173,7 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         ``seed``/``offset`` give the same mask in every run and in the backward
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
-        256 x 128) were the fastest measured on this machine
+        512 x 256) were the fastest measured on this machine
 
     Returns
     -------
@@ -193,7 +211,10 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k)
+                seed=seed, offset=offset, block_q=block_q, block_k=block_k,
+                # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
+                # kernel as it reads them
+                scan_kv=False)
     o, lse, _, _ = forward_with_stats(p)
     return o.astype(p.dtype, copy=False), lse
 
@@ -338,7 +359,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
-        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 256 x 256), independent of the forward's
+        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 512 x 256), independent of the forward's
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)

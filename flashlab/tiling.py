@@ -12,22 +12,28 @@ from __future__ import annotations
 __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "MIN_WORK_ITEMS", "q_splits", "cdiv"]
 
 #: The forward's default tile sizes ``(block_q, block_k)``. Chosen by measurement on a 2-core
-#: machine (B=1, H=8, fp32, speed relative to torch SDPA in the same run): D=128, N=4096:
-#: 64x64 0.77x, 128x128 0.85x, 256x64 0.86-0.92x, 256x128 0.95x; QK 192 / V 128, N=8192:
-#: 64x64 2.1x, 128x128 2.6x, 256x128 2.85x. A taller q-block re-reads K/V from memory fewer
-#: times (once per 256 query rows instead of 64) and gives BLAS larger gemms; 256x128 float32
-#: tiles (128 KiB score tile + 128 KiB accumulator) still fit a core's 1 MiB L2.
-FORWARD_BLOCK: tuple[int, int] = (256, 128)
+#: machine (B=1, H=8, fp32, speed relative to torch SDPA timed in turn in the same run).
+#: With the one-pass exp and partial tiles cut to their band box (:func:`flashlab.masks.band_box`),
+#: D=128: N=4096 non-causal 256x128 0.95-0.98x, 512x128 1.00x, 512x256 1.02-1.07x, 512x512
+#: 1.03-1.07x; causal 256x128 0.97-1.04x, 512x256 0.98-1.10x, 512x512 0.99-1.05x; N=8192
+#: non-causal 256x128 0.99x, 512x256 1.07x, causal 0.97x and 1.08x. In GFLOP/s over the
+#: numpy matmul peak of the same run (201-204 GFLOP/s): 256x128 0.78, 512x256 0.85, 512x512
+#: 0.85. A taller q-block re-reads K and V and re-packs them for BLAS fewer times, and gives
+#: BLAS larger gemms (one thread, 512 query rows against 4096 keys: 89-92 GFLOP/s per gemm
+#: against 101 for a large square matmul); 512 x 256 keeps causal diagonal tiles small.
+#: (Before those two changes 256x128 was the fastest: 64x64 0.77x, 128x128 0.85x, 256x64
+#: 0.86-0.92x, 256x128 0.95x, and 512x128 gained nothing causal.)
+FORWARD_BLOCK: tuple[int, int] = (512, 256)
 
-#: The backward's default tile sizes ``(block_q, block_k)``. Against 128x128, in CPU seconds
-#: (the process time of both threads, which a busy shared machine disturbs far less than wall
-#: time), alternating the two: D=128 N=2048 0.91, N=4096 0.90, QK 192 / V 128 N=2048 0.91;
-#: causal 0.99 (256x128: 0.93-0.97 non-causal). A profile of the 128x128 backward spent 27% of
-#: its BLAS time packing operands (``sgemm_*copy``): a larger tile packs each operand once for
-#: more FLOPs. The S and dP tiles (256 KiB each) no longer fit a core's 1 MiB L2 with the rest,
-#: and the tile is still faster. (The forward's 512x128 measured 0.93-0.96 non-causal but 1.02
-#: causal, which would also raise the causal/non-causal ratio: the forward keeps 256x128.)
-BACKWARD_BLOCK: tuple[int, int] = (256, 256)
+#: The backward's default tile sizes ``(block_q, block_k)``. Timed in turn with torch SDPA's
+#: backward (B=1, H=8, fp32, 2 threads), median seconds: D=128 N=2048 256x256 0.275,
+#: 512x256 0.241; N=4096 1.087 and 1.055; causal N=4096 0.579 and 0.566; QK 192 / V 128
+#: N=4096 1.281 and 1.256. (Earlier, against 128x128 in CPU seconds: 256x256 0.90-0.91
+#: non-causal, 0.99 causal; a profile of the 128x128 backward spent 27% of its BLAS time
+#: packing operands, ``sgemm_*copy``: a larger tile packs each operand once for more FLOPs.)
+#: The S and dP tiles (512 KiB each) do not fit a core's 1 MiB L2 with the rest, and the
+#: tile is still faster.
+BACKWARD_BLOCK: tuple[int, int] = (512, 256)
 
 #: :func:`q_splits` splits the query blocks of each head until there are at least this many
 #: parallel work items (a constant, never the thread count: the bits must not depend on it).

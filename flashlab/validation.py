@@ -22,7 +22,7 @@ from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare",
-           "scores_may_overflow"]
+           "scan_kv", "scores_may_overflow"]
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -62,6 +62,9 @@ class Problem:
     #: ``{name: (array, max_i |x_i|^2)}`` from :func:`prepare`'s finiteness scan, reused by
     #: :func:`scores_may_overflow` while the array is still the same object
     sq_norms: dict | None = field(default=None, repr=False, compare=False)
+    #: False when :func:`prepare` was asked not to scan k and v (``scan_kv=False``): the
+    #: caller must, with :func:`scan_kv`, or check them as it reads them (the decode kernel)
+    kv_scanned: bool = field(default=True, repr=False, compare=False)
 
     @property
     def shape(self) -> tuple[int, int, int, int, int, int, int]:
@@ -149,11 +152,13 @@ def _window(window) -> tuple:
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
             alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, block_q=FORWARD_BLOCK[0],
-            block_k=FORWARD_BLOCK[1]) -> Problem:
+            block_k=FORWARD_BLOCK[1], scan_kv: bool = True) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
     Arguments and defaults as :func:`flashlab.flash_attention` (tiles
-    :data:`~flashlab.tiling.FORWARD_BLOCK`).
+    :data:`~flashlab.tiling.FORWARD_BLOCK`). ``scan_kv=False`` leaves the scan of k and v for
+    NaN/inf to the caller (``Problem.kv_scanned`` is False; see :func:`scan_kv`): a decode
+    step is itself one pass over K and V, and a separate scan first doubled its reads.
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
     value; the message names the argument and the expected shape or value.
     """
@@ -251,14 +256,31 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     c = contiguous
     q, k, v = c(q), c(k), c(v)
     q_rope, k_rope = (None, None) if q_rope is None else (c(q_rope), c(k_rope))
-    norms = _finite(q=q, k=k, v=v)
+    norms = _finite(q=q, k=k, v=v) if scan_kv else _finite(q=q)
     if q_rope is not None:
         norms.update(_finite(q_rope=q_rope, k_rope=k_rope))
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
                    0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
                    seed, offset, sq_norms={n: norms[n] for n in ("q", "k", "q_rope", "k_rope")
-                                           if n in norms})
+                                           if n in norms}, kv_scanned=bool(scan_kv))
+
+
+def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> None:
+    """The scan :func:`prepare` left out with ``scan_kv=False``: raise the same ``ValueError`` if
+    k or v holds NaN or inf. With ``key_rows=(lo, hi)`` only the key rows outside ``[lo, hi)``
+    are scanned (those a kernel that checked what it read never read); otherwise all of them,
+    and the problem is marked scanned (k's norm kept for :func:`scores_may_overflow`).
+    """
+    if key_rows is None:
+        p.sq_norms = dict(p.sq_norms or {}, **{n: x for n, x in _finite(k=p.k, v=p.v).items()
+                                              if n == "k"})
+        p.kv_scanned = True
+        return
+    lo, hi = key_rows
+    for part in (slice(0, lo), slice(hi, None)):
+        if p.k[:, :, part].size:
+            _finite(k=p.k[:, :, part], v=p.v[:, :, part])
 
 
 def scores_may_overflow(p: Problem, compute_dtype) -> bool:

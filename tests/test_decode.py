@@ -149,6 +149,57 @@ def test_errors_are_the_forwards():
         flashlab.flash_attention(**y)
 
 
+#: where a NaN or inf is planted in k or v: (name, key row, value), for Sk = 300, block_k = 32
+PLANTS = [("k", 17, np.nan), ("k", 299, -np.inf), ("v", 0, np.inf), ("v", 150, np.nan),
+          ("k", 260, np.inf), ("v", 290, -np.inf)]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("kind", ["none", "window(3,200)", "key-padding", "masked-tile"])
+@pytest.mark.parametrize("plant", PLANTS, ids=lambda p: f"{p[0]}[{p[1]}]={p[2]}")
+def test_nonfinite_k_or_v_raises_without_a_separate_scan(plant, kind, dtype):
+    """The decode path checks K and V as it reads them (flash_attention skips prepare's scan of
+    k and v for it): a NaN or inf anywhere in k or v still raises the forward's ValueError,
+    naming the array, whether the kernel read that key row (its scores or partial output turn
+    non-finite), the band kept it from reading it (window: rows 204.. are never visited) or a
+    dense mask hides it from every head."""
+    name, row, value = plant
+    x = make_qkv(1, 8, 2, 1, 300, D, D, dtype=dtype)
+    x[name][0, 1, row, 5] = value
+    opts = {"block_k": 32}
+    if kind == "window(3,200)":
+        opts["window"] = (3, 200)
+    elif kind == "key-padding":
+        m = np.zeros((1, 1, 1, 300), dtype=bool)
+        m[..., 100:] = True
+        opts["mask"] = m
+    elif kind == "masked-tile":
+        m = np.zeros((1, 1, 1, 300), dtype=bool)
+        m[..., row // 32 * 32:row // 32 * 32 + 32] = True       # the planted row's whole tile
+        opts["mask"] = m
+    p = prepare(**x, scan_kv=False, block_k=32)
+    assert api.uses_decode(p) and not p.kv_scanned
+    with pytest.raises(ValueError, match=f"{name} contains NaN or inf"):
+        flashlab.flash_attention(**x, **opts)
+
+
+def test_decode_skips_the_kv_scan_and_the_tiled_forward_does_it():
+    """prepare(scan_kv=False) leaves k and v unscanned; forward_with_stats scans them before a
+    tiled forward, which needs k's norm for its overflow bound, and not before decode."""
+    x = make_qkv(1, 4, 2, 1, 300, D, D)
+    p = prepare(**x, scan_kv=False)
+    assert not p.kv_scanned and "k" not in p.sq_norms
+    api.forward_with_stats(p)
+    assert not p.kv_scanned                                   # decode: checked in the kernel
+    y = make_qkv(1, 4, 2, 40, 300, D, D)                      # Sq = 40 > DECODE_MAX_SQ: tiled
+    p = prepare(**y, scan_kv=False)
+    api.forward_with_stats(p)
+    assert p.kv_scanned and "k" in p.sq_norms
+    y["v"][0, 0, 3, 3] = np.nan
+    with pytest.raises(ValueError, match="v contains NaN or inf"):
+        flashlab.flash_attention(**y)
+
+
 def test_deterministic_across_thread_counts(tmp_path):
     """A subprocess with NUMBA_NUM_THREADS=4 runs the decode forward at 1, 3 and 4 threads:
     the sha256 of (o, lse) must be identical and equal to this process's result (16 chunks

@@ -140,9 +140,10 @@ def test_walk_with_rope_and_gqa_matches_the_kernel():
 def test_walk_defaults_to_the_kernels_tiles():
     """Called with flash_attention's arguments and no block sizes, the walk takes
     flash_attention's default tiles: it is the walk of that very call."""
-    inputs = make_qkv(1, 1, 1, 300, 270, 8, 8, seed=6)
+    inputs = make_qkv(1, 1, 1, 600, 570, 8, 8, seed=6)
     walk = walk_forward(**inputs, causal=True)
     assert (walk.block_q, walk.block_k) == flashlab.api.FORWARD_BLOCK
+    assert walk.block_q < 600 and walk.block_k < 570    # the defaults themselves, not the lengths
     o, lse = flashlab.flash_attention(**inputs, causal=True)
     np.testing.assert_allclose(walk.o, o[0, 0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(walk.lse, lse[0, 0], rtol=0, atol=1e-6)

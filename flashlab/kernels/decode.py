@@ -82,22 +82,37 @@ DECODE_MIN_CHUNK_BLOCKS = 4
 #: (:func:`pv_few_rows`) instead of a BLAS gemm call. A gemm with 4 rows first copies
 #: ("packs") the whole V tile, then multiplies; the loop reads each V row once. Measured at
 #: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over numpy's one-thread read of K and V, two
-#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay
-#: with BLAS (a loop for them too measured 1.33 -> 1.19 of a parallel read, but): the backward
-#: recomputes S with BLAS and takes ``P = e^{S - LSE}`` with this kernel's LSE; a loop sums
-#: ``Q K^T`` in another order, and at logits ~100 the few ulp of difference broke the
-#: backward's tolerance (tests/test_backward.py, large logits).
+#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay with
+#: BLAS. A loop for them was twice as fast (one kv head, 64 MB of K, one thread: BLAS 7.9 ms,
+#: a float32 dot product summed in SIMD lanes 4.2 ms), and its error against float64 scores
+#: at logits ~100 is about BLAS's (2.0e-5 against 1.8e-5), but it is not the same rounding as
+#: the BLAS gemm the backward recomputes the scores with: with it, 4 float32 cases of
+#: tests/test_backward.py::test_dtypes_and_large_logits (Sq=7, logits 50-100) and one of the
+#: forward's (LSE error 1.06e-5 against a tolerance of 1.04e-5) failed. A float64 loop is no
+#: faster than BLAS (8.2 ms). Reproducing BLAS's order exactly (16 lanes over d, then pairwise
+#: sums) matched its bits for 128-key tiles but not for 1000, and ran at 22.7 ms.
 GEMV_MAX_ROWS = 16
 
 
 @njit(cache=CACHE, fastmath={"contract"})
 def pv_few_rows(p, v_blk, acc):
-    """``acc += p @ v_blk`` for a few rows: each value row ``V[c]`` is read once, for every row."""
+    """``acc += p @ v_blk`` for a few rows: each value row ``V[c]`` is read once, for every row.
+
+    Two value rows per step: each ``acc`` row is loaded and stored half as often (measured,
+    4 rows, 64 MB of V on one thread: 7.1 ms one row per step, 5.6 ms two, 6.5 ms four).
+    """
     rows, cols = p.shape
-    for c in range(cols):
+    c2 = cols - cols % 2
+    for c in range(0, c2, 2):
+        for r in range(rows):
+            w0 = p[r, c]
+            w1 = p[r, c + 1]
+            # O~_r += P~_rc V_c + P~_r,c+1 V_c+1
+            for d in range(v_blk.shape[1]):
+                acc[r, d] += w0 * v_blk[c, d] + w1 * v_blk[c + 1, d]
+    for c in range(c2, cols):
         for r in range(rows):
             w = p[r, c]
-            # O~_r += P~_rc V_c
             for d in range(v_blk.shape[1]):
                 acc[r, d] += w * v_blk[c, d]
 
@@ -120,7 +135,7 @@ def kv_splits(batch: int, kv_heads: int, n_kvblocks: int) -> int:
 def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_alibi,
                         alibi_offset, alibi_sqrt, scale, left, right, block_k, n_split,
                         drop_threshold, seed, offset, check_overflow,
-                        part_m, part_l, part_acc, part_tiles, part_overflow):
+                        part_m, part_l, part_acc, part_tiles, part_overflow, part_nonfinite):
     """Split-KV phase: one work item per (batch, kv head, key chunk), partial states out.
 
     q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); mask, bias, slopes, alibi_*,
@@ -131,7 +146,10 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
     Outputs, per work item ``(b, hk, c)`` and row ``r = g * Sq + i`` (head ``hk*group + g``):
     part_m, part_l (B, Hkv, n_split, group*Sq) the running max and denominator; part_acc
     (B, Hkv, n_split, group*Sq, Dv) the unnormalised output; part_tiles (B, Hkv, n_split,
-    group) int64 tiles computed per head; part_overflow (B, Hkv, n_split) int64.
+    group) int64 tiles computed per head; part_overflow (B, Hkv, n_split) int64;
+    part_nonfinite (B, Hkv, n_split) int64, 1 where a score of the group's tile was NaN or
+    inf before any mask: with ``part_acc`` it tells the API whether K or V held NaN/inf, so
+    that the API need not read K and V a second time to check them (:func:`flashlab.api.flash_attention`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -165,6 +183,10 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
             s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
             # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it)
             score_tile(qs, k[b, hk, j0:j1], qs, qs, False, s)
+            # a NaN or inf in K_j makes scores NaN/inf (inf * 0 = NaN): flagged here, checked
+            # by the caller against K itself
+            if not all_finite(s):
+                part_nonfinite[b, hk, c] = 1
             for g in range(group):
                 h = hk * group + g
                 # this head's Sq rows of the tile (rows g*Sq .. g*Sq + Sq - 1)
