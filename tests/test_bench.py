@@ -167,6 +167,9 @@ def test_flops_and_tile_fraction():
     back = bench.Case("torch_sdpa", "backward", 256, 128, 128, causal=True, block=(64, 64))
     # 4 x 4 tiles of 64, causal: the 10 on and below the diagonal are computed
     assert bench.tile_fraction(256, 64, 64, True) == 10 / 16
+    # 128 x 64 tiles: 6 of 8 are not empty (0.75 of the scores), but the kernels compute only
+    # the band box of the two tiles right of each diagonal, their lower 64 rows: 0.625
+    assert bench.tile_fraction(256, 128, 64, True) == 0.625
     assert bench.case_flops(back) == attention_backward_flops(256, 256, 128, 128, heads=8,
                                                               tile_fraction=10 / 16)
     mla = bench.Case("mla:rect", "forward", 64, 128, 128, d_rope=64)

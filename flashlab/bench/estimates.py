@@ -13,14 +13,20 @@ __all__ = ["tile_fraction", "case_flops", "torch_uses_math_path", "torch_flash_b
 
 
 def tile_fraction(n: int, block_q: int, block_k: int, causal: bool) -> float:
-    """Fraction of the ``(n/block_q) x (n/block_k)`` tiles flashlab computes (1.0 unless
-    causal; ~1/2 causal), from :func:`flashlab.masks.classify_tiles`."""
+    """Fraction of the ``n x n`` scores flashlab's kernels compute (1.0 unless causal; ~1/2
+    causal): the band box (:func:`flashlab.masks.band_box`) of every tile that is not EMPTY
+    (:func:`flashlab.masks.classify_tiles`), which for square tiles is the whole tile."""
     if not causal:
         return 1.0
-    from flashlab.masks import EMPTY, band_from, classify_tiles
+    from flashlab.masks import EMPTY, band_box, band_from, clamp_band, classify_tiles
 
-    left, right = band_from(causal=True)
-    return float((classify_tiles(n, n, block_q, block_k, left, right) != EMPTY).mean())
+    left, right = clamp_band(*band_from(causal=True), n, n)
+    computed = 0
+    for a, c in zip(*(classify_tiles(n, n, block_q, block_k, left, right) != EMPTY).nonzero()):
+        i0, j0 = int(a) * block_q, int(c) * block_k
+        r0, r1, c0, c1 = band_box(i0, min(n, i0 + block_q), j0, min(n, j0 + block_k), left, right)
+        computed += (r1 - r0) * (c1 - c0)
+    return computed / (n * n)
 
 
 def case_flops(case: Case) -> float:
