@@ -394,8 +394,10 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
                 continue
             # a partial tile is computed on the box of its band-allowed entries only: rows
             # [ti0, ti1) x cols [tj0, tj1) (rows cut off keep m, l, O~ as they are, exactly
-            # what their all -inf scores would do). Measured, causal D=128 N=4096 B=1 H=8,
-            # 2 threads: 512 x 256 tiles 0.235 s whole, 0.2xx s trimmed
+            # what their all -inf scores would do; the same bits). Measured, causal D=128
+            # N=4096 B=1 H=8, 2 threads, 512 x 256 tiles, 7 rounds in turn: whole tiles 0.223 s,
+            # boxes 0.214 s (4.5 % less; the box computes 1.06 of the allowed scores, whole
+            # tiles 1.12)
             ti0, ti1, tj0, tj1 = band_box(i0, i1, j0, j1, left, right)
             r0, r1 = ti0 - i0, ti1 - i0
             s = s_buf[: (r1 - r0) * (tj1 - tj0)].reshape((r1 - r0, tj1 - tj0))
