@@ -1,15 +1,16 @@
 """Two LLVM operations Numba does not expose, for the kernels' inner loops.
 
-- :func:`int_bits_as_float32`: the float32 whose IEEE-754 bits are an integer's low 32 bits
+- ``int_bits_as_float32``: the float32 whose IEEE-754 bits are an integer's low 32 bits
   (a bit cast): builds $2^k$ from $k$ in the vectorised exp
   (:func:`flashlab.kernels.forward.exp_nonpositive`);
-- :func:`maxnum`: LLVM's ``llvm.maxnum``, the larger of two floats (a NaN operand is
+- ``maxnum``: LLVM's ``llvm.maxnum``, the larger of two floats (a NaN operand is
   ignored, as ``a if a > b else b`` ignores a NaN ``a``). LLVM vectorises a reduction over
   it, which it does not for Numba's ``max`` or a compare-and-select loop
   (:func:`flashlab.kernels.forward.row_max`).
 
 Both are ``@intrinsic``: they compile inline into the calling ``@njit`` function and work in
-cached kernels.
+cached kernels. They are callable only inside ``@njit`` code (and Sphinx does not see them as
+functions, so they are described here rather than below).
 """
 from __future__ import annotations
 
