@@ -184,8 +184,10 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
             # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it)
             score_tile(qs, k[b, hk, j0:j1], qs, qs, False, s)
             # a NaN or inf in K_j makes scores NaN/inf (inf * 0 = NaN): flagged here, checked
-            # by the caller against K itself
-            if not all_finite(s):
+            # by the caller against K itself. One pass over the group's tile; each head's rows
+            # are looked at again (for the overflow flag) only when it found something
+            tile_finite = all_finite(s)
+            if not tile_finite:
                 part_nonfinite[b, hk, c] = 1
             for g in range(group):
                 h = hk * group + g
@@ -197,7 +199,7 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
                     sg[:] = -np.inf
                     continue
                 part_tiles[b, hk, c, g] += 1
-                if check_overflow and not all_finite(sg):
+                if check_overflow and not tile_finite and not all_finite(sg):
                     bad = 1
                 if has_bias or has_alibi:
                     bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
