@@ -170,3 +170,35 @@ def test_tile_explorer_step_timing_record():
     t = tile_explorer_step(sq=12, sk=12, block=4)
     assert t["steps"] == 8 and 0 < t["median_s"] <= t["max_s"]
     assert t["play_interval_s"] == 0.7
+
+
+@pytest.mark.parametrize("mask_kind, block_q", [("causal", 8), ("sliding window", 4), ("none", 1)])
+def test_walk_view_png_is_a_full_draw_without_one(mask_kind, block_q):
+    """Every step's PNG has the pixels of a whole render of that step, and a step inside a
+    q-block already shown draws no whole figure (only the changing artists over the q-block's
+    background), so a step costs milliseconds, not a full Agg draw."""
+    import io
+
+    from PIL import Image
+
+    from flashlab.viz.style import png_bytes
+    from flashlab.viz.tiles import WalkView
+
+    def pixels(png: bytes) -> np.ndarray:
+        return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA"))
+
+    walk, o_ref = walk_demo(13, 11, block_q, 4, mask_kind=mask_kind, window=3)
+    view = WalkView(walk, o_ref, dpi=40)
+    full_draws = []
+    seen = set()
+    for index, st in enumerate(walk.steps):
+        view.update(index)
+        view.fig.canvas.mpl_connect("draw_event", lambda _: full_draws.append(index))
+        png = view.png()
+        if st.qb in seen:
+            assert full_draws == [], f"step {index} drew the whole figure"
+        seen.add(st.qb)
+        full_draws.clear()
+        whole = png_bytes(view.fig)            # a whole render of the same step
+        full_draws.clear()
+        assert (pixels(png) == pixels(whole)).all(), f"step {index}: blitted PNG differs"

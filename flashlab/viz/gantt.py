@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from flashlab.pipeline.simulate import TIME_UNITS, SimResult
-from flashlab.viz.style import PALETTE, new_figure, png_bytes
+from flashlab.viz.style import PALETTE, background_of, blit_png, new_figure
 
 __all__ = ["KIND_COLORS", "KIND_LABELS", "SLOT_COLORS", "slot_name", "draw_gantt", "GanttView",
            "gantt_grid"]
@@ -304,35 +304,16 @@ class GanttView:
         return sorted(out, key=lambda a: a.get_zorder())
 
     def png(self) -> bytes:
-        """The chart as PNG bytes. A figure's first call renders it whole (one Agg draw, which
-        settles the layout), then once more without the changing artists and keeps that
-        rendering as the frame's background; every later call restores the background and
-        draws only the changing artists over it (no full draw)."""
-        import io
-
-        from PIL import Image
-
+        """The chart as PNG bytes. A figure's first call settles its layout and renders it
+        without the changing artists, and keeps that as the frame's background
+        (:func:`flashlab.viz.style.background_of`); every call restores the background and
+        draws only the changing artists over it (:func:`~flashlab.viz.style.blit_png`): no
+        full draw after the first."""
         fig, background = self._kept[self.frame]
         if background is None:
-            png = png_bytes(fig)               # the layout engine runs in this draw
-            fig.set_layout_engine("none")
-            changing = self._changing()
-            for a in changing:
-                a.set_animated(True)
-            canvas = fig.canvas
-            canvas.draw()                      # the fixed parts only
-            self._kept[self.frame] = (fig, canvas.copy_from_bbox(fig.bbox))
-            for a in changing:
-                a.set_animated(False)
-            return png
-        canvas = fig.canvas                    # the Agg canvas png_bytes gave the figure
-        canvas.restore_region(background)
-        renderer = canvas.get_renderer()
-        for a in self._changing():
-            a.draw(renderer)
-        buf = io.BytesIO()
-        Image.fromarray(np.asarray(canvas.buffer_rgba())).save(buf, format="png")
-        return buf.getvalue()
+            background = background_of(fig, self._changing())
+            self._kept[self.frame] = (fig, background)
+        return blit_png(fig, background, self._changing())
 
 
 def _draw_utilization(ux, result: SimResult, lanes) -> None:

@@ -11,8 +11,8 @@ import re
 
 import matplotlib.pyplot as plt
 
-__all__ = ["OKABE_ITO", "PALETTE", "SERIES", "new_figure", "figure_for", "png_bytes",
-           "markdown_table", "animation_html"]
+__all__ = ["OKABE_ITO", "PALETTE", "SERIES", "new_figure", "figure_for", "agg_canvas",
+           "png_bytes", "background_of", "blit_png", "markdown_table", "animation_html"]
 
 #: the eight Okabe-Ito colours by their usual names
 OKABE_ITO: dict[str, str] = {
@@ -81,22 +81,74 @@ def figure_for(ax, w: float, h: float):
     return ax.figure, ax
 
 
+def agg_canvas(fig):
+    """``fig``'s Agg canvas, given to it if it has another one (a plain :class:`Figure` has a
+    canvas that cannot render). The figure keeps it, so the next draw reuses its renderer and
+    the text metrics cached with it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas
+    return canvas if isinstance(canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+
+
 def png_bytes(fig) -> bytes:
     """``fig`` as PNG bytes from one Agg draw (its layout engine, if any, runs in that draw).
 
     ``Figure.savefig`` draws a figure with a layout engine twice (once to settle the layout,
-    once to render); the Agg canvas's ``print_png`` draws once. The figure keeps the Agg canvas,
-    so the next call reuses its renderer and the text metrics cached with it.
+    once to render); the Agg canvas's ``print_png`` draws once.
     """
     import io
 
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = fig.canvas
-    if not isinstance(canvas, FigureCanvasAgg):
-        canvas = FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    canvas.print_png(buf)
+    agg_canvas(fig).print_png(buf)
+    return buf.getvalue()
+
+
+def background_of(fig, changing: list) -> object:
+    """The background that :func:`blit_png` draws ``changing`` over: ``fig`` rendered without
+    those artists (``set_animated(True)`` keeps an artist out of a normal draw), copied from
+    the canvas.
+
+    A layout engine runs first (a draw without rendering) and is then switched off, so the
+    layout stays the one the background has. Anything else a step changes -- axis limits,
+    ticks -- must be set before this call and stay the same for every PNG blitted onto it.
+    """
+    canvas = agg_canvas(fig)
+    if fig.get_layout_engine() is not None:
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+    for a in changing:
+        a.set_animated(True)
+    canvas.draw()
+    for a in changing:
+        a.set_animated(False)
+    return canvas.copy_from_bbox(fig.bbox)
+
+
+def blit_png(fig, background, changing: list) -> bytes:
+    """``fig`` as PNG bytes without a full draw: the ``background`` from
+    :func:`background_of` is restored and only the ``changing`` artists are drawn over it.
+
+    The result has the pixels of a full draw as long as ``changing`` is in the order a full draw
+    draws those artists (within an axes: by zorder, then as ``Axes.get_children`` lists them)
+    and no fixed artist is drawn over a changing one -- e.g. a patch that should cover grid
+    lines needs a zorder above theirs. Costs a few milliseconds where a full draw of a figure
+    with several axes costs tens: most of a draw is laying out and rasterising text.
+    """
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    canvas = agg_canvas(fig)
+    canvas.restore_region(background)
+    renderer = canvas.get_renderer()
+    for a in changing:
+        a.draw(renderer)
+    buf = io.BytesIO()
+    # compress_level 3: 4.1 ms and 33 kB for a 640 x 352 step of the tile explorer, against
+    # 5.9 ms and 35 kB at PIL's default 6
+    Image.fromarray(np.asarray(canvas.buffer_rgba())).save(buf, format="png", compress_level=3)
     return buf.getvalue()
 
 
