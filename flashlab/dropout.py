@@ -34,11 +34,16 @@ from numba import njit
 
 from flashlab.numba_cache import CACHE
 
-__all__ = ["keep_threshold", "keep", "keep_mask"]
+__all__ = ["HASH_RANGE", "keep_threshold", "keep_probability", "inv_keep_probability", "keep",
+           "keep_mask"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+
+
+#: 2^32: the hash's top 32 bits, read as a uniform ``u = (hash >> 32) / 2^32`` in [0, 1)
+HASH_RANGE = 4294967296.0
 
 
 def keep_threshold(p: float) -> int:
@@ -46,7 +51,27 @@ def keep_threshold(p: float) -> int:
 
     ``p`` in [0, 1): 0 keeps everything (threshold 0).
     """
-    return int(min(p, 1.0) * 4294967296.0)
+    return int(min(p, 1.0) * HASH_RANGE)
+
+
+@njit(cache=CACHE, inline="always")
+def keep_probability(threshold) -> float:
+    """The exact keep probability of the integer ``threshold``: ``1 - threshold / 2^32``
+    (``1 - p`` up to the rounding of :func:`keep_threshold`)."""
+    return 1.0 - threshold / HASH_RANGE
+
+
+@njit(cache=CACHE, inline="always")
+def inv_keep_probability(threshold) -> float:
+    """``1 / (1 - p)``, the scale of the entries dropout keeps, from the integer ``threshold``.
+
+    ``2^32 / (2^32 - threshold)``: the same number as ``1 / keep_probability(threshold)``,
+    written so that its one rounding is the division's. 1 when nothing is dropped.
+
+    >>> inv_keep_probability(0), inv_keep_probability(keep_threshold(0.5))
+    (1.0, 2.0)
+    """
+    return HASH_RANGE / (HASH_RANGE - threshold)
 
 
 @njit(cache=CACHE, inline="always")
@@ -80,7 +105,7 @@ def keep_mask(shape: tuple[int, int, int, int], p: float, seed: int = 0,
     """The dense keep mask ``Z`` (True = kept) of a ``(B, H, Sq, Sk)`` problem.
 
     For the reference and the tests only: the kernels compute each bit where they need it.
-    >>> keep_mask((1, 1, 2, 3), 0.0).all()
+    >>> bool(keep_mask((1, 1, 2, 3), 0.0).all())
     True
     """
     out = np.empty(shape, dtype=np.bool_)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlab.validation import Problem, prepare
-from flashlab.dropout import keep_mask
+from flashlab.dropout import keep_mask, keep_probability
 from flashlab.masks import allowed
 
 __all__ = ["attention_reference", "attention_reference_backward", "attention_naive"]
@@ -56,18 +56,13 @@ def _allowed_count(p: Problem) -> np.ndarray:
     return ok.sum(axis=-1)
 
 
-def _keep_probability(p: Problem) -> float:
-    """The exact keep probability of the hashed mask: 1 - threshold / 2^32."""
-    return 1.0 - p.drop_threshold / 4294967296.0
-
-
 def _dropout(p: Problem, dtype) -> np.ndarray | None:
     """Z / k (B, H, Sq, Sk) in ``dtype``: the keep mask over the keep probability; None without dropout."""
     if p.drop_threshold == 0:
         return None
     B, H, _, Sq, Sk, _, _ = p.shape
     z = keep_mask((B, H, Sq, Sk), p.dropout_p, p.seed, p.offset)
-    return z.astype(dtype) / dtype(_keep_probability(p))
+    return z.astype(dtype) / dtype(keep_probability(p.drop_threshold))
 
 
 def _add_bias(s: np.ndarray, p: Problem, dtype) -> None:

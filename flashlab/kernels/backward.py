@@ -87,11 +87,13 @@ from numba import njit, prange
 
 from flashlab.numba_cache import CACHE
 
+from flashlab.dropout import inv_keep_probability
 from flashlab.masks import EMPTY, FULL, band_box, kv_block_range, tile_class
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
-                                      mask_at, mask_tile, score_tile, tile_fully_masked)
+                                      head_operands, mask_at, mask_tile, score_tile,
+                                      tile_fully_masked)
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
            "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
@@ -228,7 +230,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     n_qb = (Sq + block_q - 1) // block_q
     dt = dq.dtype
     dropout = drop_threshold > 0
-    inv_keep = 4294967296.0 / (4294967296.0 - drop_threshold)
+    inv_keep = inv_keep_probability(drop_threshold)
     # work item (b, h, c): head h of batch b, query blocks qb with qb % n_split == c
     for t in prange(B * H * n_split):
         b = t // (H * n_split)
@@ -236,9 +238,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
         c = t % n_split
         hk = h // group
         hr = h // group_r
-        mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
-        bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
-        slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
+        mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
         dbias2d = dbias_part[b, h, c if dbias_part.shape[2] > 1 else 0]
         dk_acc, dv_acc, dkr_acc = dk_part[b, h, c], dv_part[b, h, c], dkr_part[b, h, c]
         # flat scratch buffers: a (rows, cols) reshape of a head is C-contiguous (BLAS needs it)

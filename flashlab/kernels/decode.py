@@ -53,10 +53,11 @@ from numba import njit, prange
 
 from flashlab.numba_cache import CACHE
 
+from flashlab.dropout import inv_keep_probability
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn
-from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, mask_tile,
-                                      rescale_rows, score_tile, tile_fully_masked)
+from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, head_operands,
+                                      mask_tile, rescale_rows, score_tile, tile_fully_masked)
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
            "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
@@ -193,7 +194,7 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
                 h = hk * group + g
                 # this head's Sq rows of the tile (rows g*Sq .. g*Sq + Sq - 1)
                 sg = s[g * Sq:(g + 1) * Sq]
-                mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
+                mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
                 if has_mask and tile_fully_masked(mask2d, 0, Sq, j0, j1, left, right):
                     # the tiled forward skips this tile for this head: P~ = 0 on its rows
                     sg[:] = -np.inf
@@ -202,8 +203,6 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
                 if check_overflow and not tile_finite and not all_finite(sg):
                     bad = 1
                 if has_bias or has_alibi:
-                    bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
-                    slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
                     # S += bias_ij  (and the ALiBi term)
                     if add_bias_tile(sg, 0, j0, bias2d, has_bias, slope, has_alibi,
                                      alibi_offset, alibi_sqrt, check_overflow):
@@ -238,7 +237,7 @@ def merge_splits(part_m, part_l, part_acc, part_tiles, drop_threshold, o, lse, r
     H, Sq = o.shape[1], o.shape[2]
     Dv = o.shape[3]
     group = H // Hkv
-    inv_keep = 4294967296.0 / (4294967296.0 - drop_threshold)
+    inv_keep = inv_keep_probability(drop_threshold)
     for t in prange(B * H * Sq):
         b = t // (H * Sq)
         h = (t // Sq) % H

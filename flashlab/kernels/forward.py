@@ -53,14 +53,28 @@ from numba import njit, prange
 
 from flashlab.numba_cache import CACHE
 
-from flashlab.dropout import keep
+from flashlab.dropout import inv_keep_probability, keep
 from flashlab.masks import EMPTY, FULL, band_box, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
 
-__all__ = ["score_tile", "mask_at", "add_bias_tile", "all_finite", "drop_tile", "mask_tile",
-           "tile_fully_masked", "exp_nonpositive", "exp_shifted", "row_max", "online_softmax_update",
-           "rescale_rows", "finalize_rows", "flash_forward_kernel"]
+__all__ = ["head_operands", "score_tile", "mask_at", "add_bias_tile", "all_finite", "drop_tile",
+           "mask_tile", "tile_fully_masked", "exp_nonpositive", "exp_shifted", "row_max",
+           "online_softmax_update", "rescale_rows", "finalize_rows", "flash_forward_kernel"]
+
+
+@njit(cache=CACHE, inline="always")
+def head_operands(mask, bias, slopes, has_alibi, b, h):
+    """The 2-D mask and bias and the ALiBi slope of head ``h`` of batch ``b``.
+
+    mask (Bm, Hm, Sqm, Skm) and bias (Bb, Hb, Sqb, Skb) have axes of length 1 or full
+    (broadcast, never expanded): index 0 along a length-1 axis. slopes (Bs, H); the slope is 0
+    without ALiBi. Returns ``(mask2d, bias2d, slope)``, the 2-D ones views.
+    """
+    mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
+    bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
+    slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
+    return mask2d, bias2d, slope
 
 
 @njit(cache=CACHE)
@@ -354,7 +368,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
     n_qb = (Sq + block_q - 1) // block_q
     dropout = drop_threshold > 0
     # O = O~ / (l * keep probability): the survivors of dropout are scaled by 1 / (1 - p)
-    inv_keep = 4294967296.0 / (4294967296.0 - drop_threshold)
+    inv_keep = inv_keep_probability(drop_threshold)
     # one parallel work item per (batch, head, q-block): small head counts still fill both cores
     for t in prange(B * H * n_qb):
         b = t // (H * n_qb)
@@ -366,9 +380,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         i = t % n_qb
         qb = i // 2 if i % 2 == 0 else n_qb - 1 - i // 2
         hk = h // group
-        mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
-        bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
-        slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
+        mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
         i0 = qb * block_q
         i1 = min(i0 + block_q, Sq)
         rows = i1 - i0
