@@ -42,7 +42,8 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-#: 2^32: the hash's top 32 bits, read as a uniform ``u = (hash >> 32) / 2^32`` in [0, 1)
+#: The range of the hash's top 32 bits, 2^32; they are read as a uniform
+#: ``u = (hash >> 32) / 2^32`` in [0, 1)
 HASH_RANGE = 4294967296.0
 
 

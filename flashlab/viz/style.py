@@ -82,9 +82,9 @@ def figure_for(ax, w: float, h: float):
 
 
 def agg_canvas(fig):
-    """``fig``'s Agg canvas, given to it if it has another one (a plain :class:`Figure` has a
-    canvas that cannot render). The figure keeps it, so the next draw reuses its renderer and
-    the text metrics cached with it."""
+    """``fig``'s Agg canvas, given to it if it has another one (a plain
+    :class:`~matplotlib.figure.Figure` has a canvas that cannot render). The figure keeps it, so
+    the next draw reuses its renderer and the text metrics cached with it."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = fig.canvas
