@@ -421,6 +421,27 @@ def test_interleaved_rounds():
     assert matmul["n"] == 32 and matmul["gflops"] == pytest.approx(2 * 32 ** 3 / matmul["seconds"] / 1e9)
 
 
+def test_machine_names_the_blas_kernels(tiny_result, monkeypatch):
+    # the figures depend on which OpenBLAS kernels run (AVX2 or AVX-512: 2x on Zen 5), so the
+    # run records NumPy's (the matmul peak) and SciPy's (flashlab's tiles), and any pin
+    m = tiny_result["machine"]
+    roles = {b["role"] for b in m["blas"]}
+    assert {"numpy (matmul peak)", "scipy (flashlab tiles)"} <= roles
+    assert all(b["library"] and b["version"] for b in m["blas"])
+    md = bench.to_markdown(json.loads(json.dumps(
+        {k: v for k, v in tiny_result.items() if not k.startswith("_")})))
+    line = next(ln for ln in md.splitlines() if ln.startswith("BLAS: "))
+    assert "scipy (flashlab tiles): " in line and "numpy (matmul peak): " in line
+    pin = m["openblas_coretype"]
+    assert (f"OPENBLAS_CORETYPE={pin} in the environment" if pin else "OPENBLAS_CORETYPE unset") in line
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")
+    assert bench.blas_info()["openblas_coretype"] == "Zen"
+    # a run recorded before the BLAS was has no such line
+    old = json.loads(json.dumps({k: v for k, v in tiny_result.items() if not k.startswith("_")}))
+    del old["machine"]["blas"]
+    assert "BLAS: " not in bench.to_markdown(old)
+
+
 def test_markdown_of_a_run_before_interleaving(tiny_result):
     # results written before the interleaved timing (no "timing", no per-case matmul) still load
     old = json.loads(json.dumps({k: v for k, v in tiny_result.items() if not k.startswith("_")}))

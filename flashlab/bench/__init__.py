@@ -113,8 +113,8 @@ from flashlab.bench.estimates import (tile_fraction, case_flops, torch_uses_math
 from flashlab.bench.report import (save_results, load_results, case_table, backward_over_forward,
                                    to_markdown)
 from flashlab.bench.targets import find_case, TARGETS, evaluate_targets
-from flashlab.bench.suite import (attention_cases, mla_cases, machine_info, skip_reason, shape_key,
-                                  run_group, run_suite)
+from flashlab.bench.suite import (attention_cases, mla_cases, machine_info, blas_info,
+                                  skip_reason, shape_key, run_group, run_suite)
 from flashlab.bench.cli import main
 
 #: every public name of the submodules, and the MLA dataflows the suite runs
@@ -127,6 +127,6 @@ __all__ = [
     "pipeline_explorer_timing", "tile_fraction", "case_flops", "torch_uses_math_path",
     "torch_flash_block_q", "model_intensity", "estimated_bytes", "mla_model_peak", "save_results",
     "load_results", "case_table", "backward_over_forward", "to_markdown", "find_case", "TARGETS",
-    "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "skip_reason", "shape_key",
-    "run_group", "run_suite", "main", "MLA_DATAFLOWS",
+    "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason",
+    "shape_key", "run_group", "run_suite", "main", "MLA_DATAFLOWS",
 ]

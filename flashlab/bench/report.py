@@ -119,6 +119,18 @@ def _mla_table(result: dict) -> list[str]:
     return lines
 
 
+def _blas_lines(m: dict) -> list[str]:
+    """The BLAS kernels of the run (results before they were recorded have none)."""
+    if not m.get("blas"):
+        return []
+    libs = "; ".join(f"{b['role']}: {b['library']} {b['version']}, {b['architecture']} kernels"
+                     for b in m["blas"])
+    pin = m.get("openblas_coretype")
+    how = (f"OPENBLAS_CORETYPE={pin} in the environment" if pin
+           else "OPENBLAS_CORETYPE unset: OpenBLAS chose by CPU")
+    return [f"BLAS: {libs} ({how}).", ""]
+
+
 def to_markdown(result: dict) -> str:
     """A markdown report of :func:`run_suite`'s result (targets first)."""
     m, cfg = result["machine"], BenchConfig.from_dict(result["config"])
@@ -131,7 +143,7 @@ def to_markdown(result: dict) -> str:
              f"Load average {result['load_average_start'][0]:.2f} at the start, "
              f"{result['load_average_end'][0]:.2f} at the end; the run took "
              f"{result['duration_seconds']:.0f} s. Shared machine: compare ratios, not absolute "
-             f"figures.", "",
+             f"figures.", ""] + _blas_lines(m) + [
              f"Cases: B={cfg.batch}, H={cfg.heads}, float32, N in {list(cfg.sizes)}, Dqk/Dv in "
              f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
              f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "

@@ -25,7 +25,7 @@ from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["attention_cases", "mla_cases", "machine_info", "skip_reason", "shape_key", "run_group",
+__all__ = ["attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key", "run_group",
            "run_suite"]
 
 
@@ -72,7 +72,34 @@ def machine_info() -> dict:
     if torch_available():
         import torch
         info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+    info.update(blas_info())
     return info
+
+
+def blas_info() -> dict:
+    """The BLAS kernels in use: NumPy's (the matmul peak) and SciPy's (flashlab's tiles).
+
+    OpenBLAS picks its kernels by CPU at load time unless ``OPENBLAS_CORETYPE`` names them.
+    It matters: on the AMD Zen 5 host of this project, whose environment sets
+    ``OPENBLAS_CORETYPE=Haswell`` (AVX2), one thread's float32 matmul ran at 129 GFLOP/s,
+    and at 248 with the variable unset (OpenBLAS then picks its AVX-512 ``SkylakeX``
+    kernels); flashlab's D=128 backward went from 1.13x to 2.08x PyTorch's (which uses MKL and
+    ignores the variable). So a report names the kernels its figures were measured with.
+    """
+    from threadpoolctl import threadpool_info
+
+    import flashlab.kernels.blas  # noqa: F401  (loads SciPy's BLAS, which is loaded lazily)
+
+    def role(path: str) -> str:
+        # wheels keep their bundled libraries in <package>.libs (flashlab.kernels.blas: LIMITED)
+        if "scipy.libs" in path:
+            return "scipy (flashlab tiles)"
+        return "numpy (matmul peak)" if "numpy.libs" in path else "other"
+
+    libs = [{"role": role(i["filepath"]), "library": i["internal_api"],
+             "version": i["version"], "architecture": i.get("architecture")}
+            for i in threadpool_info() if i["user_api"] == "blas"]
+    return {"blas": libs, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
 
 
 def skip_reason(case: Case, config: BenchConfig, has_torch: bool, done: dict) -> str | None:
