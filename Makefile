@@ -72,12 +72,14 @@ pytest: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
 
-# results in bench-results/bench.json and bench.md (bench-quick: bench-results/quick/); torch
-# (requirements-bench.txt) is optional for the package and installed here only.
+# results in bench-results/bench.json and bench.md, the BLAS ceiling in bench-results/ceiling.json
+# (bench-quick: bench-results/quick/); torch (requirements-bench.txt) is optional for the
+# package and installed here only.
 # Options: $(BIN)/python -m flashlab.bench --help
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m flashlab.bench
+	$(BIN)/python -m flashlab.bench --ceiling-only
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt

@@ -530,3 +530,41 @@ def test_pipeline_explorer_timing_in_result_and_report():
     target = {t["name"]: t for t in res["targets"]}
     assert target["pipeline explorer: median seconds per change"]["status"] in ("PASS", "MISS")
     assert target["tile explorer: median seconds per change"]["status"] == "n/a"
+
+
+def test_backward_products_are_the_five_tile_products():
+    # the ceiling's kernel must do the backward's work: summed over its tiles, the raw
+    # products are whole-matrix products (odd length, tiles that do not divide it)
+    from flashlab.bench.ceiling import backward_products
+
+    rng = np.random.default_rng(3)
+    h, n, dqk, dv = 2, 37, 12, 8
+    q, k = (rng.standard_normal((h, n, dqk), dtype=np.float32) for _ in range(2))
+    v, do = (rng.standard_normal((h, n, dv), dtype=np.float32) for _ in range(2))
+    dq, dk, dvv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    backward_products(q, k, v, do, 8, 16, dq, dk, dvv)
+    s = q @ k.transpose(0, 2, 1)                  # S = Q K^T
+    dp = do @ v.transpose(0, 2, 1)                # dP = dO V^T
+    np.testing.assert_allclose(dvv, s.transpose(0, 2, 1) @ do, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dq, dp @ k, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dk, dp.transpose(0, 2, 1) @ q, rtol=1e-4, atol=1e-3)
+
+
+def test_backward_ceiling_record(tmp_path, monkeypatch, capsys):
+    from flashlab.bench import ceiling
+
+    r = ceiling.backward_ceiling(n=64, heads=2, d_qk=24, d_v=16, block=(16, 32), rounds=2,
+                                 threads=1, torch=False, matmul_n=64)
+    sec, gf = r["seconds"], r["gflops"]
+    assert set(sec) == {"flashlab", "products"} and min(sec.values()) > 0
+    assert r["other_fraction"] == pytest.approx(1 - sec["products"] / sec["flashlab"])
+    flops = 2 * 2 * 64 * 64 * (3 * 24 + 2 * 16)
+    assert gf["products"] == pytest.approx(flops / sec["products"] / 1e9)
+    assert r["matmul_gflops"] > 0
+    assert r["problem"] == "N = 64, H = 2, 24/16, 16 x 32 tiles, 1 thread(s)"
+    # the command line: one row per problem, the machine (and its BLAS) recorded
+    monkeypatch.setattr(ceiling, "CEILING_PROBLEMS", ((48, 16, 8),))
+    assert bench.main(["--ceiling-only", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    run = json.loads((tmp_path / "ceiling.json").read_text())
+    assert [(x["n"], x["d_qk"], x["d_v"]) for x in run["rows"]] == [(48, 16, 8)]
+    assert run["machine"]["blas"] and "products alone" in capsys.readouterr().out

@@ -203,6 +203,9 @@ def test_animation_first_frame_is_not_blank_and_last_is_whole():
     assert curtain.get_x() > 0
     anim._func(3)
     assert curtain.get_width() == 0
+    # collected here, under this test's filter (else a later test reports the warning)
+    del anim, fig, curtain
+    gc.collect()
 
 
 # ------------------------------------------------------------------ a change redraws in place

@@ -73,7 +73,8 @@ needs ~11 GB free for numpy naive at N=16384 (``--naive-max-n 8192`` skips it). 
 subset (``QUICK``, ``make bench-quick`` or ``--quick``) runs in under 2 minutes: N 1024 and
 2048, one timed call per case, memory at N=1024 (non-causal) only, MLA at S=1024, decode at
 Sk=8192; it writes to ``bench-results/quick/``. Other options: ``--sizes``, ``--repeats``,
-``--no-torch``, ``--no-mla``, ``--decode-only``, ``--no-decode``, ``--decode-sizes``, ``--out``.
+``--no-torch``, ``--no-mla``, ``--decode-only``, ``--no-decode``, ``--decode-sizes``,
+``--ceiling-only``, ``--out``.
 
 The package re-exports every public name of its modules, one per part of the suite:
 ``config`` (:class:`BenchConfig`, ``FULL``, ``QUICK``, :class:`Case`), ``inputs``
@@ -81,7 +82,9 @@ The package re-exports every public name of its modules, one per part of the sui
 fresh process, interleaved timing, the matmul peak, Numba's first call), ``decode`` (the decode
 section), ``explorers`` (the explorers' timings), ``estimates`` (FLOPs, intensity, memory
 estimates), ``suite`` (the cases, skip rules and :func:`run_suite`), ``targets``
-(:func:`evaluate_targets`), ``report`` (JSON and markdown) and ``cli`` (:func:`main`).
+(:func:`evaluate_targets`), ``report`` (JSON and markdown), ``cli`` (:func:`main`) and
+``ceiling`` (the backward against its five BLAS products alone and PyTorch's backward:
+:func:`ceiling_run`, ``python -m flashlab.bench --ceiling-only``).
 
 From a notebook (small sizes; ``memory_sizes``/``mla_memory_sizes`` name the N measured in
 fresh processes, ``()`` for none; ``first_call=None`` skips the Numba first-call timing)::
@@ -115,6 +118,8 @@ from flashlab.bench.report import (save_results, load_results, case_table, backw
 from flashlab.bench.targets import find_case, TARGETS, evaluate_targets
 from flashlab.bench.suite import (attention_cases, mla_cases, machine_info, blas_info,
                                   skip_reason, shape_key, run_group, run_suite)
+from flashlab.bench.ceiling import (backward_products, backward_ceiling, CEILING_PROBLEMS,
+                                    ceiling_run, ceiling_lines)
 from flashlab.bench.cli import main
 
 #: every public name of the submodules, and the MLA dataflows the suite runs
@@ -128,5 +133,6 @@ __all__ = [
     "torch_flash_block_q", "model_intensity", "estimated_bytes", "mla_model_peak", "save_results",
     "load_results", "case_table", "backward_over_forward", "to_markdown", "find_case", "TARGETS",
     "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason",
-    "shape_key", "run_group", "run_suite", "main", "MLA_DATAFLOWS",
+    "shape_key", "backward_products", "backward_ceiling", "CEILING_PROBLEMS", "ceiling_run",
+    "ceiling_lines", "run_group", "run_suite", "main", "MLA_DATAFLOWS",
 ]

@@ -5,11 +5,13 @@ The command line: :func:`main` (``--help`` lists the options).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from flashlab.bench.ceiling import ceiling_lines, ceiling_run
 from flashlab.bench.config import FULL, QUICK
 from flashlab.bench.measure import run_worker
 from flashlab.bench.report import save_results, to_markdown
@@ -34,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-only", action="store_true", help="only the decode section "
                     "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the backward's BLAS "
+                    "ceiling (bench.ceiling_run: the backward, its five products alone and torch's "
+                    "backward at the backward targets' problems), into OUT/ceiling.json")
     ap.add_argument("--decode-sizes", type=int, nargs="+", help="decode Sk values")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
@@ -41,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         run_worker(args.worker)
+        return 0
+    out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
+    if args.ceiling_only:
+        run = ceiling_run(rounds=args.repeats or 5)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ceiling.json").write_text(json.dumps(run, indent=1) + "\n")
+        print("\n".join(ceiling_lines(run)))
+        print(f"wrote {out / 'ceiling.json'}", file=sys.stderr)
         return 0
     config = QUICK if args.quick else FULL
     changes: dict[str, Any] = {}
@@ -70,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         changes["decode_sizes"] = tuple(args.decode_sizes)
     config = replace(config, **changes)
     result = run_suite(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
     json_path, md_path = save_results(result, out)
     print(to_markdown(result))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
