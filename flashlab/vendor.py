@@ -37,7 +37,7 @@ from flashlab.dataflows import KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow,
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 __all__ = ["DATA_DIR", "ESTIMATES", "TOLERANCE", "Estimate", "VendorRow", "verdict",
-           "amdahl_share", "vendor_table", "row", "table_markdown"]
+           "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
 #: where the committed benchmark runs live in the book's repository
 DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
@@ -46,9 +46,14 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
 ESTIMATES = {
     "cost": "cost model (FLOPs; bytes for memory)",
     "roofline": "910B roofline",
-    "pipeline": "pipeline simulation",
-    "cpu": "CPU measurement",
+    "pipeline": "pipeline model",
+    "cpu": "CPU runs",
 }
+
+def _label(key: str) -> str:
+    """An estimate's short name: its :data:`ESTIMATES` entry without the parenthesis."""
+    return ESTIMATES[key].split(" (")[0]
+
 
 #: how close an estimate must be to count as consistent, as a share of the figure's effect
 TOLERANCE = 0.25
@@ -147,7 +152,7 @@ def verdict(row: VendorRow) -> str:
         n_lo, n_hi = f"{row.vendor / hi:.0f}", f"{row.vendor / lo:.0f}"
         count = n_lo if n_lo == n_hi else f"{n_lo}–{n_hi}"
         return f"not a test: {row.vendor / 1e9:.0f} GB is {count} layer-micro-batches of what ours saves"
-    good = [ESTIMATES[k].split(" (")[0] for k, e in known.items() if _consistent(row.kind, row.vendor, e)]
+    good = [_label(k) for k, e in known.items() if _consistent(row.kind, row.vendor, e)]
     if good:
         return "consistent: " + ", ".join(good)
     below = all(e.high < row.vendor for e in known.values())
@@ -157,9 +162,9 @@ def verdict(row: VendorRow) -> str:
         return f"ours smaller: at most {best.text.split(' (')[0]}"
     if above:
         return f"ours larger: at least {best.text.split(' (')[0]}"
-    larger = [f"{ESTIMATES[k].split(' (')[0]} {e.text.split(' (')[0]}" for k, e in known.items()
+    larger = [f"{_label(k)} {e.text.split(' (')[0]}" for k, e in known.items()
               if e.low > row.vendor]
-    smaller = [f"{ESTIMATES[k].split(' (')[0]} {e.text.split(' (')[0]}" for k, e in known.items()
+    smaller = [f"{_label(k)} {e.text.split(' (')[0]}" for k, e in known.items()
                if e.high < row.vendor]
     return f"mixed: larger {', '.join(larger)}; smaller {', '.join(smaller)}"
 
@@ -405,11 +410,18 @@ def row(key: str, **kwargs) -> VendorRow:
     return rows[key]
 
 
+def verdict_headline(verdict_text: str) -> str:
+    """The verdict's first clause, the table's cell: ``"consistent"``, ``"mixed"``, ``"ours
+    smaller"``, ... (the text before its first colon; the whole text where it has none)."""
+    return verdict_text.split(":", 1)[0]
+
+
 def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     """The rows ``keys`` (all by default) as a markdown table: the figure, its source, the vendor's
-    number, the four estimates and the verdict, one short cell each (so the table fits a page).
-    With ``notes``, below it, row by row: what the vendor's number and ours measure, and what
-    each estimate compares."""
+    number, the four estimates and the verdict's headline, one short cell each, an estimate that
+    is not modelled a dash (so the table fits the page's column without scrolling). With
+    ``notes``, below it, row by row: what the vendor's number and ours measure, the whole verdict,
+    what each estimate compares and why a dash is one."""
     rows = vendor_table(**kwargs)
     if keys is not None:
         by_key = {r.key: r for r in rows}
@@ -422,17 +434,20 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
             return f"{r.vendor / 1e9:.0f} GB"
         return f"{r.vendor:.1%}"
 
-    head = ["the figure (source)", "vendor"] + list(ESTIMATES.values()) + ["verdict"]
+    head = ["the figure (source)", "vendor"] + [_label(k) for k in ESTIMATES] + ["verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r.figure} {{cite}}`{r.source}`", fmt_vendor(r)]
-        cells += [r.estimates[k].text for k in ESTIMATES]
-        cells.append(r.verdict)
+        cells += [r.estimates[k].text if r.estimates[k].known else "—" for k in ESTIMATES]
+        cells.append(verdict_headline(r.verdict))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     if notes:
         lines.append("")
         for r in rows:
-            what = "; ".join(f"{ESTIMATES[k].split(' (')[0]}: {r.estimates[k].note}"
+            what = "; ".join(f"{_label(k)}: {r.estimates[k].note}"
                              for k in ESTIMATES if r.estimates[k].note)
-            lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}." + (f" ({what}.)" if what else ""))
+            dashes = "; ".join(f"{_label(k)}: {r.estimates[k].text.removeprefix('— (').rstrip(')')}"
+                               for k in ESTIMATES if not r.estimates[k].known)
+            lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}. Verdict: {r.verdict}."
+                         + (f" ({what}.)" if what else "") + (f" Not modelled — {dashes}." if dashes else ""))
     return "\n".join(lines)

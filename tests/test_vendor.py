@@ -73,7 +73,7 @@ def test_verdict_of_a_speedup(estimates, expected):
 
 def test_verdict_mixed_names_both_sides():
     v = vendor.verdict(_row("cut", 0.08, cost=Estimate(0.0, 0.0, "0%"), pipeline=Estimate(0.2, 0.3, "20%–30%")))
-    assert v.startswith("mixed") and "pipeline simulation 20%–30%" in v and "cost model 0%" in v
+    assert v.startswith("mixed") and "pipeline model 20%–30%" in v and "cost model 0%" in v
 
 
 def test_verdict_of_a_step_gain_is_not_a_test():
@@ -93,3 +93,23 @@ def test_table_markdown_and_row_lookup():
     assert md.count("\n|") == 3 and "13.5%" in md and "{cite}`ascend2025rectfa`" in md
     with pytest.raises(KeyError, match="fa_forward"):
         vendor.row("nope")
+
+
+def test_table_fits_a_page_column():
+    # seven columns beside the book's two sidebars: a cell may wrap, but no word may force a
+    # column wide (an explanation in a cell did: "software-managed"), so the table never
+    # scrolls sideways; what a short cell leaves out is in the notes below it
+    md = vendor.table_markdown()
+    body = [ln for ln in md.splitlines() if ln.startswith("|")][2:]
+    assert len(body) == len(vendor.vendor_table())
+    for ln in body:
+        cells = [c.strip() for c in ln.strip("| ").split(" | ")]
+        assert len(cells) == 7
+        words = [w for c in cells[1:] for w in c.split()]
+        assert max(map(len, words)) <= 12, ln
+        assert ":" not in cells[-1] and "(" not in "".join(c for c in cells[2:6] if c.startswith("—"))
+    notes = [ln for ln in md.splitlines() if ln.startswith("- *")]
+    assert len(notes) == len(body) and all("Verdict: " in n for n in notes)
+    assert "Not modelled — pipeline model: the pipeline model has no unfused baseline" in md
+    assert vendor.verdict_headline("mixed: larger x; smaller y") == "mixed"
+    assert vendor.verdict_headline("not modelled") == "not modelled"
