@@ -554,7 +554,7 @@ def test_backward_ceiling_record(tmp_path, monkeypatch, capsys):
     from flashlab.bench import ceiling
 
     r = ceiling.backward_ceiling(n=64, heads=2, d_qk=24, d_v=16, block=(16, 32), rounds=2,
-                                 threads=1, torch=False, matmul_n=64)
+                                 threads=1, with_torch=False, matmul_n=64)
     sec, gf = r["seconds"], r["gflops"]
     assert set(sec) == {"flashlab", "products"} and min(sec.values()) > 0
     assert r["other_fraction"] == pytest.approx(1 - sec["products"] / sec["flashlab"])

@@ -59,13 +59,13 @@ def backward_products(q, k, v, do, block_q, block_k, dq, dk, dv):
 
 def backward_ceiling(n: int = 2048, heads: int = 8, d_qk: int = 128, d_v: int = 128, *,
                      block: tuple[int, int] = BACKWARD_BLOCK, rounds: int = 5,
-                     threads: int | None = None, torch: bool = True,
+                     threads: int | None = None, with_torch: bool = True,
                      matmul_n: int | None = 2048) -> dict:
     """Time the backward, its five products alone and PyTorch's backward, in turn.
 
     The suite's backward case (:func:`flashlab.bench.make_runner`: its inputs, the backward
     timed alone with its forward done untimed), non-causal float32, B = 1; ``rounds`` rounds of
-    one call each after an untimed one; torch's SDPA backward too when ``torch`` and it is
+    one call each after an untimed one; torch's SDPA backward too when ``with_torch`` and it is
     installed; ``threads``: Numba's threads (default: as set; torch keeps its own setting);
     ``matmul_n``: also the numpy matmul peak of :func:`flashlab.bench.matmul_gflops`, the larger
     of two measurements, before and after (``None``: skip).
@@ -88,7 +88,7 @@ def backward_ceiling(n: int = 2048, heads: int = 8, d_qk: int = 128, d_v: int = 
     calls = {"flashlab": make_runner(case).once,
              "products": lambda: call_seconds(
                  lambda: backward_products(q, k, v, do, block[0], block[1], *grads))}
-    if torch and torch_available():
+    if with_torch and torch_available():
         calls["torch_sdpa"] = make_runner(replace(case, impl="torch_sdpa")).once
     old = numba.get_num_threads()
     numba.set_num_threads(threads or old)
