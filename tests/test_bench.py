@@ -436,6 +436,12 @@ def test_machine_names_the_blas_kernels(tiny_result, monkeypatch):
     assert (f"OPENBLAS_CORETYPE={pin} in the environment" if pin else "OPENBLAS_CORETYPE unset") in line
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")
     assert bench.blas_info()["openblas_coretype"] == "Zen"
+    # a library without an architecture (torch's MKL) is named without one
+    mkl = json.loads(json.dumps({k: v for k, v in tiny_result.items() if not k.startswith("_")}))
+    mkl["machine"]["blas"].append({"role": "other", "library": "mkl", "version": "2024.2",
+                                   "architecture": None})
+    md_mkl = bench.to_markdown(mkl)
+    assert "; other: mkl 2024.2 (OPENBLAS_CORETYPE" in md_mkl and "None kernels" not in md_mkl
     # a run recorded before the BLAS was has no such line
     old = json.loads(json.dumps({k: v for k, v in tiny_result.items() if not k.startswith("_")}))
     del old["machine"]["blas"]
@@ -568,3 +574,6 @@ def test_backward_ceiling_record(tmp_path, monkeypatch, capsys):
     run = json.loads((tmp_path / "ceiling.json").read_text())
     assert [(x["n"], x["d_qk"], x["d_v"]) for x in run["rows"]] == [(48, 16, 8)]
     assert run["machine"]["blas"] and "products alone" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--ceiling-only", "--mla-only"])
+    assert "excludes --mla-only" in capsys.readouterr().err

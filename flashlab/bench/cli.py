@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         run_worker(args.worker)
         return 0
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
+    if args.ceiling_only and (args.mla_only or args.decode_only or args.sizes):
+        ap.error("--ceiling-only runs its own problems: it excludes --mla-only, --decode-only "
+                 "and --sizes")
     if args.ceiling_only:
         run = ceiling_run(rounds=args.repeats or 5)
         out.mkdir(parents=True, exist_ok=True)

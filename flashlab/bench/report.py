@@ -123,7 +123,9 @@ def _blas_lines(m: dict) -> list[str]:
     """The BLAS kernels of the run (results before they were recorded have none)."""
     if not m.get("blas"):
         return []
-    libs = "; ".join(f"{b['role']}: {b['library']} {b['version']}, {b['architecture']} kernels"
+    # MKL (torch's, when it is loaded) reports no architecture
+    libs = "; ".join(f"{b['role']}: {b['library']} {b['version']}"
+                     + (f", {b['architecture']} kernels" if b.get("architecture") else "")
                      for b in m["blas"])
     pin = m.get("openblas_coretype")
     how = (f"OPENBLAS_CORETYPE={pin} in the environment" if pin

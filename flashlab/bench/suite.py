@@ -25,8 +25,8 @@ from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key", "run_group",
-           "run_suite"]
+__all__ = ["attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
+           "run_group", "run_suite"]
 
 
 def attention_cases(config: BenchConfig) -> list[Case]:
