@@ -35,7 +35,7 @@ def backward_products(q, k, v, do, block_q, block_k, dq, dk, dv):
     dq (H, N, Dqk), dk (H, N, Dqk), dv (H, N, Dv) zero-initialised outputs. The values are
     not gradients (P and dS are the raw products); only the work is the kernel's.
     """
-    H, N, Dqk = q.shape
+    H, N = q.shape[0], q.shape[1]
     for h in prange(H):
         s_buf = np.empty(block_q * block_k, dtype=q.dtype)
         dp_buf = np.empty(block_q * block_k, dtype=q.dtype)
