@@ -50,6 +50,7 @@ ESTIMATES = {
     "cpu": "CPU runs",
 }
 
+
 def _label(key: str) -> str:
     """An estimate's short name: its :data:`ESTIMATES` entry without the parenthesis."""
     return ESTIMATES[key].split(" (")[0]
@@ -62,7 +63,8 @@ TOLERANCE = 0.25
 @dataclass(frozen=True)
 class Estimate:
     """One estimate of a figure: ``low`` .. ``high`` (equal for a single number; both None when
-    the figure is not modelled this way), the cell ``text``, and what exactly it compares."""
+    the figure is not modelled this way), the cell ``text`` (a dash when not modelled), and in
+    ``note`` what exactly it compares (when not modelled: why not)."""
 
     low: float | None
     high: float | None
@@ -85,7 +87,7 @@ def _span(values, fmt: str, note: str = "") -> Estimate:
 
 
 def _none(why: str) -> Estimate:
-    return Estimate(None, None, f"— ({why})")
+    return Estimate(None, None, "—", why)
 
 
 @dataclass(frozen=True)
@@ -438,15 +440,15 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r.figure} {{cite}}`{r.source}`", fmt_vendor(r)]
-        cells += [r.estimates[k].text if r.estimates[k].known else "—" for k in ESTIMATES]
+        cells += [r.estimates[k].text for k in ESTIMATES]
         cells.append(verdict_headline(r.verdict))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     if notes:
         lines.append("")
         for r in rows:
             what = "; ".join(f"{_label(k)}: {r.estimates[k].note}"
-                             for k in ESTIMATES if r.estimates[k].note)
-            dashes = "; ".join(f"{_label(k)}: {r.estimates[k].text.removeprefix('— (').rstrip(')')}"
+                             for k in ESTIMATES if r.estimates[k].known and r.estimates[k].note)
+            dashes = "; ".join(f"{_label(k)}: {r.estimates[k].note}"
                                for k in ESTIMATES if not r.estimates[k].known)
             lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}. Verdict: {r.verdict}."
                          + (f" ({what}.)" if what else "") + (f" Not modelled — {dashes}." if dashes else ""))

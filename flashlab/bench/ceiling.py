@@ -17,6 +17,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from flashlab.bench.report import _blas_lines
 from flashlab.cost import attention_backward_flops
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
@@ -135,9 +136,7 @@ def ceiling_run(problems=None, **kwargs) -> dict:
 
 def ceiling_lines(run: dict) -> list[str]:
     """One line per problem of a :func:`ceiling_run`: its GFLOP/s (and the BLAS kernels)."""
-    kernels = ", ".join(f"{b['role']}: {b['architecture']}" for b in run["machine"]["blas"])
-    lines = [f"BLAS kernels: {kernels}; OPENBLAS_CORETYPE="
-             f"{run['machine']['openblas_coretype'] or '(unset)'}"]
+    lines = _blas_lines(run["machine"])[:1]          # the suite report's BLAS line
     for r in run["rows"]:
         g = r["gflops"]
         torch = f", torch {g['torch_sdpa']:.0f}" if "torch_sdpa" in g else ""

@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-only", action="store_true", help="only the decode section "
                     "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
+    ap.add_argument("--decode-sizes", type=int, nargs="+", help="decode Sk values")
     ap.add_argument("--ceiling-only", action="store_true", help="only the backward's BLAS "
                     "ceiling (bench.ceiling_run: the backward, its five products alone and torch's "
                     "backward at the backward targets' problems), into OUT/ceiling.json")
-    ap.add_argument("--decode-sizes", type=int, nargs="+", help="decode Sk values")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)

@@ -88,12 +88,14 @@ def blas_info() -> dict:
     """
     from threadpoolctl import threadpool_info
 
-    import flashlab.kernels.blas  # noqa: F401  (loads SciPy's BLAS, which is loaded lazily)
+    from flashlab.kernels.blas import LIMITED   # importing it loads SciPy's BLAS (lazily loaded)
+
+    tiles = {lib.filepath for lib in LIMITED}   # the BLAS Numba's tile gemms call
 
     def role(path: str) -> str:
-        # wheels keep their bundled libraries in <package>.libs (flashlab.kernels.blas: LIMITED)
-        if "scipy.libs" in path:
+        if path in tiles:
             return "scipy (flashlab tiles)"
+        # wheels keep their bundled libraries in <package>.libs
         return "numpy (matmul peak)" if "numpy.libs" in path else "other"
 
     libs = [{"role": role(i["filepath"]), "library": i["internal_api"],
