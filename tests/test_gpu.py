@@ -137,3 +137,11 @@ def test_user_setting_is_obeyed():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env=environ, timeout=120)
         assert out.returncode != 0 and "NUMBA_ENABLE_CUDASIM=1" in out.stderr
+
+
+def test_choosing_the_simulator_keeps_flashlabs_cache_folder(tmp_path):
+    # numba_cache may set numba's CACHE_DIR in code; re-reading the environment must not undo it
+    code = ("import flashlab\nfrom numba.core import config\n"
+            f"config.CACHE_DIR = {str(tmp_path)!r}\n"
+            "from flashlab.gpu import target\ntarget.cuda()\nprint(config.CACHE_DIR)")
+    assert _python(code) == str(tmp_path)

@@ -5,7 +5,7 @@
   instrumented kernel *counts* when it runs (in Numba's CUDA simulator without a GPU).
 - :func:`check_shared_memory_bytes`: the shared memory one forward block declares.
 
-Self-contained: it uses only the public helpers of :mod:`flashlab.exercises._core`.
+Self-contained: it uses only the public helpers of ``flashlab.exercises._core``.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from flashlab.exercises._core import Feedback, call_student
 
 __all__ = ["check_forward_read_bytes", "check_shared_memory_bytes", "READ_CASES"]
 
-#: (seq_q, seq_k, d_qk, d_v, block_q, block_k, causal): lengths that are not multiples of the
-#: blocks, Sq != Sk, Dqk != Dv and causal both ways, so that each slip changes some answer
+#: the tilings (seq_q, seq_k, d_qk, d_v, block_q, block_k, causal) the read-bytes checker runs;
+#: lengths that are not multiples of the blocks, Sq != Sk, Dqk != Dv and causal both ways, so
+#: that each slip changes some answer
 READ_CASES = ((12, 12, 4, 4, 4, 4, False), (13, 9, 4, 2, 4, 4, True), (10, 17, 8, 4, 4, 8, True))
 
 

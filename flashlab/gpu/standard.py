@@ -28,7 +28,7 @@ cuda = _select_target()   # the kernels name `cuda` as a module global (the simu
 
 __all__ = ["STANDARD_TILE", "scores_kernel", "softmax_kernel", "pv_kernel"]
 
-#: rows per block (one thread each) and keys per shared-memory tile: one warp
+#: rows per block (one thread each) and keys per shared-memory tile, one warp
 STANDARD_TILE = 32
 
 

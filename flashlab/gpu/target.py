@@ -63,8 +63,12 @@ def cuda():
     if "numba.cuda" not in sys.modules:
         # numba read the environment at its import: re-read it (NUMBA_ENABLE_CUDASIM above,
         # or one the user set after importing numba) before numba.cuda reads the config
+        # (a reload resets every setting to the environment's: keep the cache folder that
+        # flashlab.numba_cache may have set in code for a read-only install)
         from numba.core import config
+        cache_dir = config.CACHE_DIR
         config.reload_config()
+        config.CACHE_DIR = cache_dir
     from numba import cuda as numba_cuda
     if not _simulating(numba_cuda) and not numba_cuda.is_available():
         raise RuntimeError("numba.cuda was imported for a real GPU, but no CUDA GPU is usable here; "

@@ -7,7 +7,7 @@ import numpy as np
 
 __all__ = ["Traffic", "COUNTER_SLOTS"]
 
-#: the counting kernels add into an int64 array of this length: [read bytes, write bytes]
+#: length of the int64 counter array the counting kernels add into (read bytes, write bytes)
 COUNTER_SLOTS = 2
 
 
