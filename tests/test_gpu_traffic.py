@@ -106,3 +106,16 @@ def test_fused_traffic_falls_with_the_tile_as_theorem_2_says():
     assert kv[0] == 2 * kv[1] == 4 * kv[2]
     std = sum(standard_attention_traffic(n, n, d, d, tile=32))
     assert std > 5 * sum(tiled_attention_traffic(n, n, d, d, block_q=128, block_k=128))
+
+
+@pytest.mark.parametrize("sq, sk, bq, bk", [(33, 7, 8, 4), (7, 33, 4, 8), (40, 40, 16, 8)])
+def test_twin_visits_the_tiles_the_cpu_kernel_computes(sq, sk, bq, bk):
+    # the kernels' skip table is the CPU forward's tile skipping, q-block by q-block
+    from flashlab import tiles_computed
+    from flashlab.gpu.attention import kv_blocks
+    from flashlab.validation import prepare
+    x = make_qkv(1, 1, 1, sq, sk, 4, 4, seed=5)
+    for causal in (False, True):
+        ranges = kv_blocks(prepare(**x, causal=causal, block_q=bq, block_k=bk))
+        cpu = tiles_computed(**x, causal=causal, block_q=bq, block_k=bk)[0, 0]
+        np.testing.assert_array_equal(ranges[:, 1] - ranges[:, 0], cpu)
