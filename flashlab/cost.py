@@ -422,3 +422,93 @@ def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v:
     q = {flow: quantities(flow) for flow in MLA_DATAFLOWS}
     return {idea: {k: q[before][k] / q[after][k] for k in q[before]}
             for idea, (before, after) in MLA_IDEAS.items()}
+
+
+# ------------------------------------------------------------------------------------------
+# Counted GPU traffic: the bytes the kernels of flashlab.gpu move, in closed form
+# ------------------------------------------------------------------------------------------
+# Self-contained section (issue #24): the CUDA twin (flashlab.gpu) counts, with an
+# instrumented build of each kernel, every byte it moves between global memory (HBM) and
+# shared memory or registers; tests/test_gpu_traffic.py checks that the counts equal these
+# formulas to the byte. Unlike hbm_elements_flash above, the causal skip is included and the
+# standard kernel's re-reads of K and V per row tile are counted.
+
+def gpu_keys_visited(seq_q: int, seq_k: int, block_q: int, block_k: int, q_block: int, *,
+                     causal: bool = False) -> int:
+    """Keys whose K and V rows the twin loads for query block ``q_block`` (rows ``[i0, i1)``).
+
+    Every key block ``[j0, j0 + block_k)`` that holds an allowed key is loaded whole (cut at
+    ``seq_k``); causal (key ``j`` allowed iff ``j <= i``) stops after the block holding key
+    ``i1 - 1``: ``min(seq_k, block_k * ceil(min(seq_k, i1) / block_k))`` keys, else ``seq_k``.
+    """
+    if not causal:
+        return seq_k
+    i1 = min(seq_q, (q_block + 1) * block_q)
+    # the last allowed key of the block's last row is i1 - 1: blocks 0 .. ceil(min(Sk, i1)/Bc)-1
+    return min(seq_k, block_k * cdiv(min(seq_k, i1), block_k))
+
+
+def tiled_attention_traffic(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
+                            block_k: int, batch: int = 1, heads: int = 1, causal: bool = False,
+                            backward: bool = False, elem: int = 4) -> tuple[int, int]:
+    r"""``(read_bytes, write_bytes)`` of global memory moved by the fused twin (all heads).
+
+    Forward, per (batch, query head), with $k_i$ = :func:`gpu_keys_visited` of query block $i$:
+
+    $$\text{read} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big),\qquad
+    \text{write} = e\,(S_q D_v + S_q)$$
+
+    (Q read once, K and V once per query block, O and the LSE written once). Backward: Q, dO,
+    O and the LSE read once, K and V once per query block; dQ written once and, per visited
+    tile, this block's share of dK and dV added atomically into global memory:
+
+    $$\text{read} = e\,\big(S_q (D_{qk} + 2 D_v + 1) + \textstyle\sum_i k_i (D_{qk} + D_v)\big),
+    \qquad \text{write} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big).$$
+
+    GQA changes nothing: each query head's blocks load their kv head's tiles themselves.
+    """
+    for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
+                    ("block_q", block_q), ("block_k", block_k), ("batch", batch),
+                    ("heads", heads), ("elem", elem)):
+        as_int(name, x, lo=1)
+    block_q, block_k = min(block_q, seq_q), min(block_k, seq_k)
+    keys = sum(gpu_keys_visited(seq_q, seq_k, block_q, block_k, i, causal=causal)
+               for i in range(cdiv(seq_q, block_q)))
+    kv = keys * (d_qk + d_v)
+    if backward:
+        read = seq_q * (d_qk + 2 * d_v + 1) + kv
+        write = seq_q * d_qk + kv
+    else:
+        read = seq_q * d_qk + kv
+        write = seq_q * d_v + seq_q
+    n = batch * heads * elem
+    return read * n, write * n
+
+
+def standard_attention_traffic(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, tile: int,
+                               batch: int = 1, heads: int = 1, elem: int = 4) -> tuple[int, int]:
+    r"""``(read_bytes, write_bytes)`` of the standard three-kernel attention of the twin.
+
+    Per (batch, head), with $t = \lceil S_q / T \rceil$ row tiles of ``tile`` rows:
+
+    - scores: Q read once, K once per row tile, S written: read $S_q D_{qk} + t S_k D_{qk}$,
+      write $S_q S_k$;
+    - softmax, one thread per row, in place: a pass reading S for the max and the sum, a pass
+      reading S and writing P: read $2 S_q S_k$, write $S_q S_k$;
+    - PV: P read once, V once per row tile, O written: read $S_q S_k + t S_k D_v$, write
+      $S_q D_v$.
+
+    Causal masking skips nothing here (masked scores are written as $-\infty$ and read back).
+    """
+    for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
+                    ("tile", tile), ("batch", batch), ("heads", heads), ("elem", elem)):
+        as_int(name, x, lo=1)
+    t = cdiv(seq_q, tile)
+    n = seq_q * seq_k
+    read = (seq_q * d_qk + t * seq_k * d_qk) + 2 * n + (n + t * seq_k * d_v)
+    write = n + n + seq_q * d_v
+    m = batch * heads * elem
+    return read * m, write * m
+
+
+__all__ += ["gpu_keys_visited", "tiled_attention_traffic", "standard_attention_traffic"]

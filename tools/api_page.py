@@ -57,8 +57,13 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.viz.masks", "flashlab.viz.sparse_modes", "flashlab.viz.rope",
       "flashlab.viz.gantt", "flashlab.viz.mla", "flashlab.viz.performance")),
     ("Explorers", ("flashlab.widgets", "flashlab.widgets.tiles", "flashlab.widgets.pipeline")),
+    ("The CUDA twin (GPU or CUDA simulator)",
+     ("flashlab.gpu", "flashlab.gpu.attention", "flashlab.gpu.target", "flashlab.gpu.forward",
+      "flashlab.gpu.backward", "flashlab.gpu.standard", "flashlab.gpu.traffic",
+      "flashlab.gpu.bench")),
     ("Exercise checkers",
-     ("flashlab.exercises", "flashlab.exercises.foundations", "flashlab.exercises.rect")),
+     ("flashlab.exercises", "flashlab.exercises.foundations", "flashlab.exercises.rect",
+      "flashlab.exercises.gpu")),
 ]
 #: the benchmark's submodules: the package ``flashlab.bench`` re-exports every public name of
 #: them and documents them itself, so that the tool reads as one module on the page

@@ -1,0 +1,138 @@
+"""The public API of the CUDA twin, on numpy arrays (B, H, S, D) float32.
+
+Each call checks its arguments with :func:`flashlab.validation.prepare` (the CPU API's
+checks), copies the arrays to the device (the simulator's "device" is host memory), launches
+the kernels of :mod:`flashlab.gpu.forward`, :mod:`flashlab.gpu.backward` or
+:mod:`flashlab.gpu.standard`, and copies the results back. With ``count_traffic=True`` the
+instrumented build of the same kernel runs and the bytes it counted come back as a
+:class:`~flashlab.gpu.traffic.Traffic`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flashlab.api import _backward_operands
+from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
+from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes
+from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
+from flashlab.gpu.target import is_simulator
+from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
+from flashlab.masks import kv_block_range
+from flashlab.tiling import cdiv
+from flashlab.validation import Problem, as_bool, prepare
+
+__all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
+           "kv_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
+
+#: static shared memory one CUDA thread block may declare (48 KiB on every CUDA GPU)
+STATIC_SHARED_LIMIT = 48 * 1024
+#: threads per block, at most (one per query row here)
+MAX_THREADS = 1024
+
+
+def kv_blocks(p: Problem) -> np.ndarray:
+    """``(n_qblocks, 2)`` int64: the key-block range ``[kb0, kb1)`` each query block visits.
+
+    From :func:`flashlab.masks.kv_block_range`, the CPU kernels' tile skipping, per block.
+    """
+    _, _, _, Sq, Sk, _, _ = p.shape
+    return np.array([kv_block_range(i0, min(i0 + p.block_q, Sq), Sk, p.block_k, p.left, p.right)
+                     for i0 in range(0, Sq, p.block_q)], dtype=np.int64).reshape(-1, 2)
+
+
+def _float32(p: Problem) -> None:
+    if p.dtype != np.float32:
+        raise TypeError(f"q, k and v must be float32 for the GPU twin; got {p.dtype}")
+
+
+def _check_launch(threads: int, shared: int, what: str) -> None:
+    if threads > MAX_THREADS:
+        raise ValueError(f"{what} must be <= {MAX_THREADS} (one thread per row of a block); got {threads}")
+    if shared > STATIC_SHARED_LIMIT and not is_simulator():
+        raise ValueError(f"block_q and block_k give {shared} bytes of shared memory per block, over the "
+                         f"{STATIC_SHARED_LIMIT} a CUDA block may declare; choose smaller tiles")
+
+
+def _counter():
+    return cuda.to_device(np.zeros(COUNTER_SLOTS, dtype=np.int64))
+
+
+def flash_attention_gpu(q, k, v, *, causal=False, block_q: int = 64, block_k: int = 64,
+                        count_traffic=False):
+    """Fused attention forward on CUDA (or the simulator): ``(o, lse)`` or ``(o, lse, traffic)``.
+
+    q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32, H a multiple of Hkv;
+    o (B, H, Sq, Dv) and lse (B, H, Sq) float32 (lse = -inf for a row with no allowed key).
+    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i. ``block_q`` is also the number
+    of threads per block. ``traffic`` counts global-memory bytes, equal to
+    :func:`flashlab.cost.tiled_attention_traffic`.
+    """
+    p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    _float32(p)
+    count = as_bool("count_traffic", count_traffic)
+    B, H, _, Sq, _, Dqk, Dv = p.shape
+    _check_launch(p.block_q, forward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
+    kernel = forward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
+    o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
+    lse = cuda.device_array((B, H, Sq), dtype=np.float32)
+    counter = _counter()
+    kernel[(B * H, cdiv(Sq, p.block_q)), p.block_q](
+        cuda.to_device(p.q), cuda.to_device(p.k), cuda.to_device(p.v), cuda.to_device(kv_blocks(p)),
+        np.float32(p.scale), np.int64(p.left), np.int64(p.right), o, lse, counter)
+    out = (o.copy_to_host(), lse.copy_to_host())
+    return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
+
+
+def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: int = 64,
+                                 block_k: int = 64, count_traffic=False):
+    """Fused attention backward on CUDA: ``(dq, dk, dv)`` or ``(dq, dk, dv, traffic)``.
+
+    do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
+    CPU :func:`flashlab.flash_attention`); other arguments as there. dq (B, H, Sq, Dqk),
+    dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32 (GQA: summed over each kv head's group).
+    ``traffic`` equals :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``.
+    """
+    p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    _float32(p)
+    do, o, lse = _backward_operands(p, do, o, lse)
+    count = as_bool("count_traffic", count_traffic)
+    B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
+    _check_launch(p.block_q, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
+    kernel = backward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
+    dq = cuda.device_array((B, H, Sq, Dqk), dtype=np.float32)
+    dk = cuda.to_device(np.zeros((B, Hkv, Sk, Dqk), dtype=np.float32))
+    dv = cuda.to_device(np.zeros((B, Hkv, Sk, Dv), dtype=np.float32))
+    counter = _counter()
+    dev = cuda.to_device
+    kernel[(B * H, cdiv(Sq, p.block_q)), p.block_q](
+        dev(do), dev(p.q), dev(p.k), dev(p.v), dev(o), dev(lse.astype(np.float32)),
+        dev(kv_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
+        dq, dk, dv, counter)
+    out = (dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())
+    return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
+
+
+def standard_attention_gpu(q, k, v, *, causal=False, count_traffic=False):
+    """Standard three-kernel attention on CUDA: ``o`` or ``(o, traffic)``.
+
+    Arguments as :func:`flash_attention_gpu`. S (B, H, Sq, Sk) float32 is materialised in
+    global memory; ``traffic`` sums the three launches and equals
+    :func:`flashlab.cost.standard_attention_traffic` with ``tile=STANDARD_TILE``.
+    """
+    p = prepare(q, k, v, causal=causal)
+    _float32(p)
+    count = as_bool("count_traffic", count_traffic)
+    B, H, _, Sq, Sk, Dqk, Dv = p.shape
+    T = STANDARD_TILE
+    _check_launch(T, 4 * T * max(Dqk, Dv), "the tile")
+    grid = (B * H, cdiv(Sq, T))
+    s = cuda.device_array((B, H, Sq, Sk), dtype=np.float32)
+    o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
+    counter = _counter()
+    scores_kernel(T, Dqk, count)[grid, T](cuda.to_device(p.q), cuda.to_device(p.k),
+                                          np.float32(p.scale), np.int64(p.left),
+                                          np.int64(p.right), s, counter)
+    softmax_kernel(T, count)[grid, T](s, counter)
+    pv_kernel(T, Dv, count)[grid, T](s, cuda.to_device(p.v), o, counter)
+    out = o.copy_to_host()
+    return (out, Traffic.from_counter(counter.copy_to_host())) if count else out
