@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import cost, rect
-from flashlab.dataflows import KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
+from flashlab.dataflows import DATAFLOWS, KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 __all__ = ["DATA_DIR", "ESTIMATES", "TOLERANCE", "Estimate", "VendorRow", "verdict",
@@ -225,12 +225,12 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
     mla_run = _load(mla_bench_json or DATA_DIR / "bench_mla.json")
     core = ASCEND_910B_AI_CORE
     args, kw = problem.cost_args()
-    fwd = {f: cost.mla_forward_steps(*args, dataflow=f, **kw) for f in cost.MLA_DATAFLOWS}
+    fwd = {f: cost.mla_forward_steps(*args, dataflow=f, **kw) for f in DATAFLOWS}
     bwd = {f: cost.mla_backward_steps(*args, dataflow=f, block_q=problem.block_q, **kw)
-           for f in cost.MLA_DATAFLOWS}
+           for f in DATAFLOWS}
     kernel_flops = {f: (next(s.flops for s in fwd[f] if s.name == StepName.ATTENTION),
                         next(s.flops for s in bwd[f] if s.name == StepName.ATTENTION_BACKWARD))
-                    for f in cost.MLA_DATAFLOWS}
+                    for f in DATAFLOWS}
     all_ideas = frozenset(rect.IDEAS)
     kv_sources = ("hbm", "l2")
     comp = {kv: {c: rect.compose(core, problem, c, kv_source=kv) for c in rect.all_combinations()}

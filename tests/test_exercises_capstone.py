@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from flashlab.exercises import Feedback, check_flash_tile_loop
-from flashlab.exercises.capstone import TILE_LOOP_MISTAKES, tile_loop
+from flashlab.exercises._capstone import TILE_LOOP_MISTAKES, tile_loop
 
 
 def assert_caught(feedback: Feedback, mistake: str, phrase: str) -> None:

@@ -5,9 +5,9 @@ returns a :class:`Feedback` that prints a specific hint for the common mistakes.
 chapters call them in their exercise cells; ``tests/test_exercises_*.py`` show that a correct
 solution passes and that each planted mistake is caught with its message.
 """
-from . import capstone, foundations, rect
+from . import foundations, rect
 from ._core import Feedback, Mistake, call_student, diagnose
-from .capstone import check_flash_tile_loop
+from ._capstone import check_flash_tile_loop
 from .foundations import *  # noqa: F401,F403  (the Foundations chapters' checkers)
 from .rect import *  # noqa: F401,F403  (the RECT-FA chapters' checkers)
 
