@@ -218,21 +218,32 @@ def _check_hit(kv_hit) -> None:
                          f"got {kv_hit!r}")
 
 
-def kv_reread_factor(seq_q: int, block_q: int, kv_hit: float) -> float:
+def kv_reread_factor(seq_q: int, block_q: int, kv_hit: float, *, seq_k: int | None = None,
+                     causal: bool = False) -> float:
     r"""How many times the fused kernel's K and V cross the main-memory bus, per head.
 
-    The kernel runs $n_{qb} = \lceil S_q / B_r \rceil$ q-blocks, each streaming all of K and V.
-    The first pass is compulsory; each of the $n_{qb} - 1$ re-reads is served on chip with
+    The kernel runs $n_{qb} = \lceil S_q / B_r \rceil$ q-blocks, each streaming the keys it
+    attends: all $S_k$ of them, or with ``causal`` (top-left) the first $\min(i_1, S_k)$ for
+    the q-block ending at row $i_1$. Together they read $F_0 S_k$ key rows ($F_0 = n_{qb}$
+    without a mask). The first pass is compulsory; each re-read is served on chip with
     probability ``kv_hit`` (the L2 hit rate; 1 = K/V resident):
 
-    $$ f = 1 + (n_{qb} - 1)(1 - h). $$
+    $$ f = 1 + (F_0 - 1)(1 - h). $$
 
     >>> kv_reread_factor(4096, 128, 0.0), kv_reread_factor(4096, 128, 1.0), kv_reread_factor(4096, 128, 0.5)
     (32.0, 1.0, 16.5)
+    >>> kv_reread_factor(4096, 128, 0.0, causal=True)
+    16.5
     """
     _check_hit(kv_hit)
-    n_qb = cdiv(seq_q, block_q)
-    return 1.0 + (n_qb - 1) * (1.0 - kv_hit)         # f = 1 + (n_qb - 1)(1 - h)
+    sk = seq_q if seq_k is None else seq_k
+    if causal:
+        # q-block [i0, i1) reads keys [0, min(i1, Sk)): F0 = sum of those / Sk
+        ends = [min(i0 + block_q, seq_q) for i0 in range(0, seq_q, block_q)]
+        f0 = sum(min(i1, sk) for i1 in ends) / sk
+    else:
+        f0 = float(cdiv(seq_q, block_q))
+    return 1.0 + (f0 - 1.0) * (1.0 - kv_hit)          # f = 1 + (F0 - 1)(1 - h)
 
 
 @dataclass(frozen=True)
@@ -258,7 +269,8 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
     - ``"standard"``: Algorithm 0, $e\,(S_q d + S_k d + 4 S_q S_k + S_k d_v + S_q d_v)$
       (:func:`hbm_elements_standard`; S and P go through main memory);
     - ``"fused"``: the tiled kernel, $e\,(S_q d + S_q d_v + f\,S_k (d + d_v)) + a\,S_q$ with
-      $f$ = :func:`kv_reread_factor` (``kv_hit = 0`` gives :func:`hbm_elements_flash`);
+      $f$ = :func:`kv_reread_factor` (``kv_hit = 0``, no mask, gives :func:`hbm_elements_flash`;
+      with ``causal`` only the tiles the kernel visits are read);
     - ``"decode"``: one decoding step of ``seq_q`` new queries against a cache of ``seq_k``
       keys, one q-block: $f = 1$ whatever ``kv_hit``;
     - ``"mla:baseline"``, ``"mla:native_v"``, ``"mla:split_rope"``, ``"mla:rect"``: every
@@ -294,7 +306,7 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
         read = seq_q * d + sk * d + n + n + sk * d_v
         return Traffic(float(bh * elem * read), float(bh * elem * (n + n + seq_q * d_v)))
     a = accumulator_bytes(elem) if lse_elem is None else lse_elem
-    f = 1.0 if dataflow == "decode" else kv_reread_factor(seq_q, block_q, kv_hit)
+    f = 1.0 if dataflow == "decode" else kv_reread_factor(seq_q, block_q, kv_hit, seq_k=sk, causal=causal)
     # read Q once and K, V f times; write O and the LSE
     read = elem * (seq_q * d + f * sk * (d + d_v))
     written = elem * seq_q * d_v + a * seq_q
@@ -407,7 +419,8 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
     else:
         read = elem * (nq * d + nk * d + nk * d_v_att)
     # K/V re-read per q-block, the misses only: (f - 1) more passes over every head's K, V
-    read += round((kv_reread_factor(seq, block_q, kv_hit) - 1) * elem * nk * (d + d_v_att))
+    read += round((kv_reread_factor(seq, block_q, kv_hit, seq_k=sk, causal=causal) - 1)
+                  * elem * nk * (d + d_v_att))
     # write O (B, H, Sq, Dv_att) and the LSE
     step(StepName.ATTENTION, flops, read, elem * nq * d_v_att + lse)
     if pad_v:

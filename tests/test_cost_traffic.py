@@ -36,7 +36,8 @@ def test_mla_ledger_kernel_is_the_fused_kernel(hit, causal):
     steps = cost.mla_forward_steps(B, H, S, 128, 64, 128, dataflow="native_v", causal=causal, elem=2,
                                    kv_hit=hit, block_q=128)
     kernel = next(s for s in steps if s.name == StepName.ATTENTION)
-    fused = cost.traffic("fused", seq_q=S, d_qk=192, d_v=128, batch=B, heads=H, block_q=128, kv_hit=hit)
+    fused = cost.traffic("fused", seq_q=S, d_qk=192, d_v=128, batch=B, heads=H, block_q=128, kv_hit=hit,
+                         causal=causal)
     assert kernel.bytes_read == pytest.approx(fused.read, abs=1)
     assert kernel.bytes_written == fused.written
 
@@ -73,3 +74,25 @@ def test_traffic_validates(kw, err, match):
     args = dict(seq_q=64, d_qk=16, d_v=16)
     with pytest.raises(err, match=match):
         cost.traffic(**{**args, **kw})
+
+
+def test_causal_reads_only_the_visited_tiles():
+    """Causal: q-block [i0, i1) reads keys [0, i1): about half the re-reads of the full square."""
+    assert cost.kv_reread_factor(4096, 128, 0.0, causal=True) == 16.5
+    assert cost.kv_reread_factor(4096, 128, 1.0, causal=True) == 1.0
+    # Sq > Sk: the rows past the last key read all Sk keys
+    assert cost.kv_reread_factor(10, 4, 0.0, seq_k=6, causal=True) == (4 + 6 + 6) / 6
+
+
+def test_910b_roofline_position_by_hit_rate():
+    """The RECT-FA forward kernel (DeepSeek-V3 layer, S = 4096, causal, bf16) on the 910B roofline:
+    memory-bound when every K/V re-read misses (chapter 1's count), compute-bound with K/V
+    resident (the ledger's count); it crosses the ridge in between."""
+    from flashlab import rect
+    from flashlab.pipeline.hardware import ASCEND_910B
+    pts = rect.kernel_roofline_by_hit(ASCEND_910B, hits=(0.0, 1.0))
+    assert [p.bound for p in pts] == ["memory", "compute"]
+    h = rect.break_even_hit(ASCEND_910B)
+    assert 0.0 < h < 1.0
+    at = rect.kernel_roofline_by_hit(ASCEND_910B, hits=(h,))[0]
+    assert at.intensity == pytest.approx(at.ridge, rel=1e-6)
