@@ -43,7 +43,8 @@ from flashlab.dataflows import DATAFLOWS, KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 __all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "PARTLY", "Estimate", "VendorRow", "verdict",
-           "verdicts", "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
+           "verdicts", "SENSITIVITY_PARAMETERS", "sensitivity",
+           "sensitivity_markdown", "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
 #: where the committed benchmark runs live in the book's repository
 DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
@@ -194,9 +195,9 @@ def amdahl_share(step_gain: float, speedup: float) -> float:
     return (1 - 1 / (1 + step_gain)) / (1 - 1 / speedup)
 
 
-def _npu_seconds(steps, names=None) -> float:
+def _npu_seconds(steps, names=None, chip=ASCEND_910B) -> float:
     # operators one after another, each at its roofline time on the 910B chip
-    return sum(roofline_time(ASCEND_910B, s.flops, s.bytes_read + s.bytes_written)
+    return sum(roofline_time(chip, s.flops, s.bytes_read + s.bytes_written)
                for s in steps if names is None or s.name in names)
 
 
@@ -238,9 +239,13 @@ class _Inputs:
     mla_cpu: dict        # (dataflow, direction) -> measured MLA row
     cpu_note: str
     shape: str
+    chip: object         # the chip profile the roofline columns use
 
     def npu(self, flow, names=None, hit=cost.KV_RESIDENT) -> float:
-        return _npu_seconds(self.fwd[hit, flow], names)
+        return _npu_seconds(self.fwd[hit, flow], names, self.chip)
+
+    def npu_steps(self, steps, names=None) -> float:
+        return _npu_seconds(steps, names, self.chip)
 
 
 ALL_IDEAS = frozenset(rect.IDEAS)
@@ -263,7 +268,7 @@ def _runs(bench_json, mla_bench_json) -> tuple[dict, dict]:
             _load(mla_bench_json or DATA_DIR / "bench_mla.json"))
 
 
-def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem) -> _Inputs:
+def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem, chip, core) -> _Inputs:
     full, mla_run = _runs(bench_json, mla_bench_json)
     args, kw = problem.cost_args()
     fwd = {(h, f): cost.mla_forward_steps(*args, dataflow=f, kv_hit=h, block_q=problem.block_q, **kw)
@@ -272,7 +277,6 @@ def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem) -> _Inputs:
     kernel_flops = {f: (next(s.flops for s in fwd[HITS[-1], f] if s.name == StepName.ATTENTION),
                         next(s.flops for s in bwd[f] if s.name == StepName.ATTENTION_BACKWARD))
                     for f in DATAFLOWS}
-    core = ASCEND_910B_AI_CORE
     comp = {kv: {c: rect.compose(core, problem, c, kv_source=kv) for c in rect.all_combinations()}
             for kv in KV_SOURCES}
     comp_b = {c: rect.compose_backward(core, problem, c) for c in rect.all_combinations()}
@@ -282,7 +286,7 @@ def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem) -> _Inputs:
     h_mla = mla_cpu[Dataflow.BASELINE, "forward"]["heads"]
     return _Inputs(problem, fwd, bwd, kernel_flops, comp, comp_b, full, mla_cpu,
                    f"S = {s_mla}, H = {h_mla}, float32, non-causal, 2 threads; medians",
-                   f"B = {problem.batch}, H = {problem.heads}, S = {problem.seq}, causal, bf16")
+                   f"B = {problem.batch}, H = {problem.heads}, S = {problem.seq}, causal, bf16", chip)
 
 
 def _native_v_rows(x: _Inputs) -> list[VendorRow]:
@@ -296,7 +300,7 @@ def _native_v_rows(x: _Inputs) -> list[VendorRow]:
             alone = [x.npu(base, KERNEL_STEPS, h) / x.npu(native, KERNEL_STEPS, h) for h in HITS]
             roof_note = f"FA kernel time padded / native, K/V hit rate 0–1, {x.shape}"
         else:
-            alone = [_npu_seconds(x.bwd[base], KERNEL_STEPS) / _npu_seconds(x.bwd[native], KERNEL_STEPS)]
+            alone = [x.npu_steps(x.bwd[base], KERNEL_STEPS) / x.npu_steps(x.bwd[native], KERNEL_STEPS)]
             roof_note = f"FA backward kernel time padded / native (compulsory traffic), {x.shape}"
         cpu = (x.mla_cpu[base, direction]["seconds"] / x.mla_cpu[native, direction]["seconds"])
         est = {"cost": _single(flop, "{:.3f}", "attention kernel FLOPs, padded / native (not a time)"),
@@ -380,7 +384,7 @@ def _end_to_end_row(x: _Inputs) -> VendorRow:
     base, native = Dataflow.BASELINE, Dataflow.NATIVE_V
     kf = x.kernel_flops
     s_flop = sum(kf[base]) / sum(kf[native])
-    s_roof = [(x.npu(base, None, h) + _npu_seconds(x.bwd[base])) / (x.npu(native, None, h) + _npu_seconds(x.bwd[native]))
+    s_roof = [(x.npu(base, None, h) + x.npu_steps(x.bwd[base])) / (x.npu(native, None, h) + x.npu_steps(x.bwd[native]))
               for h in HITS]
     s_pipe = []
     for kv in KV_SOURCES:
@@ -440,8 +444,8 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
     ratios = []
     for h in HITS:   # separate operators / fused, every K/V re-read a miss .. K/V resident
         ops = cost.operation_costs(4096, 4096, 128, 128, block_q=128, elem=2, kv_hit=h)
-        unfused = sum(roofline_time(ASCEND_910B, *ops[n]) for n in ("QK^T", "softmax", "PV"))
-        ratios.append(unfused / roofline_time(ASCEND_910B, *ops["FlashAttention (fused)"]))
+        unfused = sum(roofline_time(x.chip, *ops[n]) for n in ("QK^T", "softmax", "PV"))
+        ratios.append(unfused / roofline_time(x.chip, *ops["FlashAttention (fused)"]))
     n_cpu = max(r["n"] for r in full["cases"] if _attention_case(full, "numpy_naive", "forward", r["n"]))
     naive, fl = (_attention_case(full, i, "forward", n_cpu) for i in ("numpy_naive", "flashlab"))
     cpu_fa = naive["seconds"] / fl["seconds"]
@@ -482,7 +486,8 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
 
 @functools.lru_cache(maxsize=4)
 def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = None,
-                 problem: rect.MLAProblem = rect.MLAProblem()) -> tuple[VendorRow, ...]:
+                 problem: rect.MLAProblem = rect.MLAProblem(), chip=ASCEND_910B,
+                 core=ASCEND_910B_AI_CORE) -> tuple[VendorRow, ...]:
     """Every vendor figure the book quotes, with the four estimates and a computed verdict.
 
     Parameters
@@ -491,12 +496,14 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
         and ``book/data/bench_mla.json`` of the repository)
     problem : the MLA attention the models price (default: one DeepSeek-V3 layer, $S = 4096$,
         causal, bf16)
+    chip, core : the 910B profiles of the roofline and pipeline columns (:func:`sensitivity`
+        moves their assumed numbers)
 
     Returns
     -------
     tuple of VendorRow, in the order the figures appear in the vendors' posts
     """
-    x = _inputs(bench_json, mla_bench_json, problem)
+    x = _inputs(bench_json, mla_bench_json, problem, chip, core)
     rows = [*_native_v_rows(x), _concat_row(x), _inplace_row(x), _ping_pong_row(x),
             _end_to_end_row(x), _memory_row(x), *_fused_rows(x)]
     return tuple(VendorRow(**{**r.__dict__, "verdict": verdict(r)}) for r in rows)
@@ -552,4 +559,51 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
             lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}. Verdict: {r.verdict}."
                          + (f" ({what}.)" if what else "") + (f" Not modelled — {dashes}." if dashes else "")
                          + own)
+    return "\n".join(lines)
+
+
+#: the assumed 910B numbers :func:`sensitivity` moves, each to the ends of its range: the chip's
+#: HBM bandwidth (with each core's share), and the AI Core's Vector rate, exp rate and workspace
+#: (L2) bandwidth
+SENSITIVITY_PARAMETERS = {"hbm_bandwidth": "hbm_bandwidth", "vector": "core.vector.rate",
+                          "exp_rate": "core.exp_rate", "workspace_bandwidth": "core.workspace_bandwidth"}
+
+
+def _moved(parameter: str, value: float):
+    """``(chip, core)`` profiles with one assumed number of :data:`SENSITIVITY_PARAMETERS` moved."""
+    from flashlab.pipeline.roofline import with_core, with_hbm_bandwidth
+    if parameter == "hbm_bandwidth":
+        return with_hbm_bandwidth(ASCEND_910B, value), rect.with_chip_bandwidth(ASCEND_910B_AI_CORE, value)
+    return ASCEND_910B, with_core(ASCEND_910B_AI_CORE, f"sensitivity: {parameter} moved", **{parameter: value})
+
+
+def sensitivity(parameter: str = "hbm_bandwidth", values=None) -> list[tuple[str, dict[float, str]]]:
+    """The verdict of every figure with one assumed number moved: ``[(figure, {value: verdict
+    word})]``. ``parameter`` is a key of :data:`SENSITIVITY_PARAMETERS`; ``values`` default to
+    the low end, the value and the high end of its assumed range in the 910B profiles. A
+    verdict that is the same at both ends holds over the whole assumed range of that number."""
+    from flashlab.pipeline.params import params
+    if parameter not in SENSITIVITY_PARAMETERS:
+        raise ValueError(f"parameter must be one of {tuple(SENSITIVITY_PARAMETERS)}; got {parameter!r}")
+    p = dict(params(ASCEND_910B if parameter == "hbm_bandwidth" else ASCEND_910B_AI_CORE))[
+        SENSITIVITY_PARAMETERS[parameter]]
+    values = tuple(values) if values is not None else (p.low, p.value, p.high)
+    tables = {v: vendor_table(chip=_moved(parameter, v)[0], core=_moved(parameter, v)[1]) for v in values}
+    first = tables[values[0]]
+    return [(r.figure, {v: verdict_headline(t[i].verdict) for v, t in tables.items()})
+            for i, r in enumerate(first)]
+
+
+def sensitivity_markdown() -> str:
+    """One row per figure, one column per assumed number of :data:`SENSITIVITY_PARAMETERS`: the
+    verdict where it holds over the number's whole range, else the verdicts at low / value / high."""
+    cols = {name: sensitivity(name) for name in SENSITIVITY_PARAMETERS}
+    head = ["figure"] + list(SENSITIVITY_PARAMETERS)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, (figure, _) in enumerate(cols["hbm_bandwidth"]):
+        cells = [figure.split(" (")[0]]
+        for name in SENSITIVITY_PARAMETERS:
+            words = list(cols[name][i][1].values())
+            cells.append(f"holds: {words[0]}" if len(set(words)) == 1 else " / ".join(words))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -137,3 +137,16 @@ def test_table_fits_a_page_column():
     assert "Not modelled — pipeline model: the pipeline model has no unfused baseline" in md
     assert vendor.verdict_headline("partly reproduced: x 1–2 misses 3") == "partly reproduced"
     assert vendor.verdict_headline("reproduced") == "reproduced"
+
+
+def test_sensitivity_moves_one_assumed_number():
+    """The verdicts at the ends of the assumed HBM range; a verdict that is the same at both
+    ends holds over it. The ping-pong verdict moves with the assumed Vector rate."""
+    rows = vendor.sensitivity("hbm_bandwidth")
+    beta = vendor.ASCEND_910B.hbm_bandwidth
+    assert all(set(v) == {beta.low, beta.value, beta.high} for _, v in rows)
+    assert all(w in vendor.VERDICTS for _, v in rows for w in v.values())
+    base = {f: v[beta.value] for f, v in rows}
+    assert base == dict(vendor.verdicts())
+    with pytest.raises(ValueError, match="parameter must be one of"):
+        vendor.sensitivity("clock")
