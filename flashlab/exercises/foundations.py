@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.exercises._core import (STRUCTURAL, Feedback, Mistake, call_quietly, diagnose, judge,
-                                      with_hint)
+from flashlab.exercises._core import Feedback, Mistake, call_quietly, judge, with_hint
 from flashlab.kernels import backward as _backward
 from flashlab.kernels import forward as _forward
 from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles

@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from flashlab import cost
-from flashlab.exercises._core import (Feedback, Mistake, call_cases, call_student, diagnose,
-                                      diagnose_cases, fmt)
+from flashlab.exercises._core import Feedback, Mistake, call_cases, call_student, diagnose, diagnose_cases
 from flashlab.kernels.forward import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
 from flashlab.rect import REMOVES
