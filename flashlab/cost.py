@@ -50,6 +50,8 @@ $n_k = B H S_k$ per-head key rows, $n_r = B S_k$ rows of the shared ``k_rope``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
 from flashlab.validation import as_int
@@ -57,10 +59,11 @@ from flashlab.validation import as_int
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_flops",
            "matmul_intensities", "hbm_elements_standard", "hbm_elements_flash", "block_for_sram",
            "fa1_theorem2", "standard_attention_extra_bytes", "operation_costs",
-           "operation_intensities", "flash_backward_intensity", "MLA_DATAFLOWS",
-           "mla_dataflow_ideas", "accumulator_bytes", "StepCost", "attended_pairs",
+           "operation_intensities", "flash_backward_intensity",
+           "mla_dataflow_ideas", "accumulator_bytes", "attended_pairs",
            "check_dataflow", "mla_forward_steps", "backward_partials_elements",
-           "mla_backward_steps", "total_cost", "MLA_IDEAS", "mla_savings"]
+           "mla_backward_steps", "MLA_IDEAS", "mla_savings",
+           "KV_RESIDENT", "TRAFFIC_DATAFLOWS", "Traffic", "kv_reread_factor", "traffic"]
 
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -137,7 +140,7 @@ def standard_attention_extra_bytes(seq_q: int, seq_k: int, *, batch: int = 1, he
 
 
 def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int = 128,
-                    elem: int = 2) -> dict[str, tuple[float, int]]:
+                    elem: int = 2, kv_hit: float = 0.0) -> dict[str, tuple[float, int]]:
     """``{name: (FLOPs, HBM bytes)}`` per (batch, head) for the roofline.
 
     The three steps of standard attention as *unfused* operators (each reads its inputs from
@@ -150,11 +153,13 @@ def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int
     then ``"standard attention"``: the three together (their FLOPs and bytes summed; the bytes
     are ``elem * hbm_elements_standard(...)``), and ``"FlashAttention (fused)"``: the same
     arithmetic (the online softmax's rescaling is not counted) with the traffic of
-    :func:`hbm_elements_flash`.
+    :func:`traffic` ``("fused", kv_hit=kv_hit)``: at the default ``kv_hit=0`` (every K/V re-read
+    from main memory) that is ``elem * hbm_elements_flash(...)``.
     """
     for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
                     ("block_q", block_q), ("elem", elem)):
         as_int(name, x, lo=1)
+    _check_hit(kv_hit)
     n = seq_q * seq_k
     steps = {
         # Q K^T: 2 n Dqk FLOPs; read Q (Sq x Dqk), K (Sk x Dqk), write S (Sq x Sk)
@@ -166,16 +171,18 @@ def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int
     }
     total_flops = sum(f for f, _ in steps.values())
     steps["standard attention"] = (total_flops, sum(b for _, b in steps.values()))
+    # fused: the same FLOPs, the bytes of traffic("fused") with every K/V re-read a miss
     steps["FlashAttention (fused)"] = (
-        total_flops, elem * hbm_elements_flash(seq_q, seq_k, d_qk, d_v, block_q))
+        total_flops, traffic("fused", seq_q=seq_q, seq_k=seq_k, d_qk=d_qk, d_v=d_v, elem=elem,
+                             block_q=block_q, kv_hit=kv_hit, lse_elem=elem).total)
     return steps
 
 
 def operation_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int = 128,
-                          elem: int = 2) -> dict[str, float]:
+                          elem: int = 2, kv_hit: float = 0.0) -> dict[str, float]:
     """Arithmetic intensity (FLOP/byte) of each entry of :func:`operation_costs`."""
     return {name: f / b for name, (f, b) in
-            operation_costs(seq_q, seq_k, d_qk, d_v, block_q=block_q, elem=elem).items()}
+            operation_costs(seq_q, seq_k, d_qk, d_v, block_q=block_q, elem=elem, kv_hit=kv_hit).items()}
 
 
 def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
@@ -193,17 +200,127 @@ def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, blo
 
 
 # ------------------------------------------------------------------------------------------
-# MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
+# One traffic model: main-memory bytes of every dataflow, with the on-chip reuse a parameter
 # ------------------------------------------------------------------------------------------
 
-#: the dataflows of :mod:`flashlab.mla` (:class:`flashlab.dataflows.Dataflow`), in order
-MLA_DATAFLOWS = DATAFLOWS
+#: ``kv_hit = 1``: every K/V re-read of the fused kernel is served on chip (L2 or a resident
+#: copy): only the compulsory traffic, one read of K and V, reaches main memory
+KV_RESIDENT = 1.0
 
+#: the dataflows :func:`traffic` knows: standard attention (Algorithm 0), the fused kernel,
+#: one decoding step, and the four MLA dataflows (``"mla:<dataflow>"``)
+TRAFFIC_DATAFLOWS = ("standard", "fused", "decode", *(f"mla:{f}" for f in DATAFLOWS))
+
+
+def _check_hit(kv_hit) -> None:
+    if isinstance(kv_hit, bool) or not isinstance(kv_hit, (int, float)) or not 0.0 <= kv_hit <= 1.0:
+        raise ValueError(f"kv_hit must be a number in [0, 1] (the on-chip hit rate of K/V re-reads); "
+                         f"got {kv_hit!r}")
+
+
+def kv_reread_factor(seq_q: int, block_q: int, kv_hit: float, *, seq_k: int | None = None,
+                     causal: bool = False) -> float:
+    r"""How many times the fused kernel's K and V cross the main-memory bus, per head.
+
+    The kernel runs $n_{qb} = \lceil S_q / B_r \rceil$ q-blocks, each streaming the keys it
+    attends: all $S_k$ of them, or with ``causal`` (top-left) the first $\min(i_1, S_k)$ for
+    the q-block ending at row $i_1$. Together they read $F_0 S_k$ key rows ($F_0 = n_{qb}$
+    without a mask). The first pass is compulsory; each re-read is served on chip with
+    probability ``kv_hit`` (the L2 hit rate; 1 = K/V resident):
+
+    $$ f = 1 + (F_0 - 1)(1 - h). $$
+
+    >>> kv_reread_factor(4096, 128, 0.0), kv_reread_factor(4096, 128, 1.0), kv_reread_factor(4096, 128, 0.5)
+    (32.0, 1.0, 16.5)
+    >>> kv_reread_factor(4096, 128, 0.0, causal=True)
+    16.5
+    """
+    _check_hit(kv_hit)
+    sk = seq_q if seq_k is None else seq_k
+    if causal:
+        # q-block [i0, i1) reads keys [0, min(i1, Sk)): F0 = sum of those / Sk
+        ends = [min(i0 + block_q, seq_q) for i0 in range(0, seq_q, block_q)]
+        f0 = sum(min(i1, sk) for i1 in ends) / sk
+    else:
+        f0 = float(cdiv(seq_q, block_q))
+    return 1.0 + (f0 - 1.0) * (1.0 - kv_hit)          # f = 1 + (F0 - 1)(1 - h)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Main-memory bytes of one dataflow: ``read``, ``written`` and their ``total``."""
+
+    read: float
+    written: float
+
+    @property
+    def total(self) -> float:
+        return self.read + self.written
+
+
+def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | None = None,
+            d_v: int, d_nope: int | None = None, d_rope: int = 0, batch: int = 1, heads: int = 1,
+            elem: int = 2, block_q: int = 128, kv_hit: float = 0.0, causal: bool = False,
+            lse_elem: int | None = None) -> Traffic:
+    r"""Main-memory (HBM) bytes of ``dataflow``'s forward: the book's one traffic model.
+
+    ``dataflow`` is one of :data:`TRAFFIC_DATAFLOWS`:
+
+    - ``"standard"``: Algorithm 0, $e\,(S_q d + S_k d + 4 S_q S_k + S_k d_v + S_q d_v)$
+      (:func:`hbm_elements_standard`; S and P go through main memory);
+    - ``"fused"``: the tiled kernel, $e\,(S_q d + S_q d_v + f\,S_k (d + d_v)) + a\,S_q$ with
+      $f$ = :func:`kv_reread_factor` (``kv_hit = 0``, no mask, gives :func:`hbm_elements_flash`;
+      with ``causal`` only the tiles the kernel visits are read);
+    - ``"decode"``: one decoding step of ``seq_q`` new queries against a cache of ``seq_k``
+      keys, one q-block: $f = 1$ whatever ``kv_hit``;
+    - ``"mla:baseline"``, ``"mla:native_v"``, ``"mla:split_rope"``, ``"mla:rect"``: every
+      operator of the MLA dataflow (:func:`mla_forward_steps`: pad, expand, concat, the kernel,
+      slice), the kernel's K/V re-reads with the same $f$. The kernel of ``"mla:native_v"`` *is*
+      ``"fused"`` with $d = D_n + D_r$.
+
+    Dims: ``d_qk`` (or ``d_nope + d_rope`` for MLA, where ``d_nope`` is required) and ``d_v``;
+    ``elem`` bytes per element, ``lse_elem`` bytes per LSE entry (default: the accumulator's,
+    :func:`accumulator_bytes`); ``kv_hit`` in [0, 1] the on-chip hit rate of K/V re-reads
+    (:data:`KV_RESIDENT` = 1). Sizes for ``batch * heads`` heads (MLA: ``heads`` query heads,
+    one shared RoPE key head).
+    """
+    if dataflow not in TRAFFIC_DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {TRAFFIC_DATAFLOWS}; got {dataflow!r}")
+    _check_hit(kv_hit)
+    sk = seq_q if seq_k is None else seq_k
+    if dataflow.startswith("mla:"):
+        if d_nope is None:
+            raise ValueError(f"the {dataflow} dataflow needs d_nope (and d_rope); got d_nope=None")
+        steps = mla_forward_steps(batch, heads, seq_q, d_nope, d_rope, d_v, dataflow=dataflow[4:],
+                                  causal=causal, elem=elem, seq_k=sk, kv_hit=kv_hit, block_q=block_q)
+        t = total(steps)
+        return Traffic(float(t.bytes_read), float(t.bytes_written))
+    d = d_qk if d_qk is not None else (d_nope or 0) + d_rope
+    for name, x in (("seq_q", seq_q), ("seq_k", sk), ("d_qk", d), ("d_v", d_v), ("batch", batch),
+                    ("heads", heads), ("elem", elem), ("block_q", block_q)):
+        as_int(name, x, lo=1)
+    bh = batch * heads
+    if dataflow == "standard":
+        n = seq_q * sk
+        # read Q, K; write S; read S, write P; read P, V; write O
+        read = seq_q * d + sk * d + n + n + sk * d_v
+        return Traffic(float(bh * elem * read), float(bh * elem * (n + n + seq_q * d_v)))
+    a = accumulator_bytes(elem) if lse_elem is None else lse_elem
+    f = 1.0 if dataflow == "decode" else kv_reread_factor(seq_q, block_q, kv_hit, seq_k=sk, causal=causal)
+    # read Q once and K, V f times; write O and the LSE
+    read = elem * (seq_q * d + f * sk * (d + d_v))
+    written = elem * seq_q * d_v + a * seq_q
+    return Traffic(bh * read, float(bh * written))
+
+
+# ------------------------------------------------------------------------------------------
+# MLA: padding V vs native head dims, concatenating RoPE vs accumulating it in the kernel
+# ------------------------------------------------------------------------------------------
 
 def mla_dataflow_ideas(dataflow: str) -> tuple[bool, bool]:
     """``(pad_v, split_rope)`` of an MLA dataflow (:class:`~flashlab.dataflows.Dataflow`).
 
-    >>> [mla_dataflow_ideas(f) for f in MLA_DATAFLOWS]
+    >>> [mla_dataflow_ideas(f) for f in DATAFLOWS]
     [(True, False), (False, False), (True, True), (False, True)]
     """
     f = Dataflow(dataflow)
@@ -217,10 +334,6 @@ def accumulator_bytes(elem: int) -> int:
     """
     return 8 if elem == 8 else 4
 
-
-
-#: one step's cost: the MLA dataflows' single step type (:class:`flashlab.dataflows.Step`)
-StepCost = Step
 
 
 def attended_pairs(seq_q: int, seq_k: int, causal: bool = False) -> int:
@@ -239,8 +352,8 @@ def attended_pairs(seq_q: int, seq_k: int, causal: bool = False) -> int:
 
 def check_dataflow(dataflow) -> Dataflow:
     """``dataflow`` as a :class:`~flashlab.dataflows.Dataflow` (``ValueError`` naming the four)."""
-    if dataflow not in MLA_DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {tuple(map(str, MLA_DATAFLOWS))}; got {dataflow!r}")
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {tuple(map(str, DATAFLOWS))}; got {dataflow!r}")
     return Dataflow(dataflow)
 
 
@@ -262,15 +375,20 @@ def _attention_dims(dataflow: str, d_nope: int, d_rope: int, d_v: int) -> tuple[
 
 def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
                       dataflow: str = "rect", causal: bool = False, elem: int = 2,
-                      seq_k: int | None = None) -> list[Step]:
+                      seq_k: int | None = None, kv_hit: float = KV_RESIDENT,
+                      block_q: int = 128) -> list[Step]:
     """Closed-form cost of each forward step of ``dataflow`` (see :mod:`flashlab.mla`).
 
     ``seq`` is the query length, ``seq_k`` the key length (default ``seq``). Returns the
-    steps in order, with the names :func:`flashlab.mla.mla_forward` gives them.
+    steps in order, with the names :func:`flashlab.mla.mla_forward` gives them. ``kv_hit``
+    is the on-chip hit rate of the kernel's K/V re-reads (:func:`kv_reread_factor`; the
+    default 1, K/V resident, is the compulsory traffic the kernels' ledgers count), with
+    q-blocks of ``block_q`` rows.
     """
     sk = seq if seq_k is None else seq_k
     _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
-                     d_rope=d_rope, d_v=d_v, elem=elem)
+                     d_rope=d_rope, d_v=d_v, elem=elem, block_q=block_q)
+    _check_hit(kv_hit)
     d = d_nope + d_rope
     nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
     pairs = batch * heads * attended_pairs(seq, sk, causal)
@@ -300,6 +418,9 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
         read = elem * (nq * (d_nope + d_rope) + nk * (d_nope + d_v_att) + nr * d_rope)
     else:
         read = elem * (nq * d + nk * d + nk * d_v_att)
+    # K/V re-read per q-block, the misses only: (f - 1) more passes over every head's K, V
+    read += round((kv_reread_factor(seq, block_q, kv_hit, seq_k=sk, causal=causal) - 1)
+                  * elem * nk * (d + d_v_att))
     # write O (B, H, Sq, Dv_att) and the LSE
     step(StepName.ATTENTION, flops, read, elem * nq * d_v_att + lse)
     if pad_v:
@@ -379,10 +500,6 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
     return steps
 
 
-#: the steps summed into one named ``"total"`` (:func:`flashlab.dataflows.total`)
-total_cost = total
-
-
 #: the two RECT-FA ideas and both together, each as (dataflow before, dataflow after)
 MLA_IDEAS = {
     "native V (no pad, no slice)": (Dataflow.BASELINE, Dataflow.NATIVE_V),
@@ -408,8 +525,8 @@ def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v:
     pairs = batch * heads * attended_pairs(seq, sk, causal)
 
     def quantities(flow: str) -> dict[str, float]:
-        fwd = total_cost(mla_forward_steps(*args, dataflow=flow, **kw))
-        bwd = total_cost(mla_backward_steps(*args, dataflow=flow, block_q=block_q, **kw))
+        fwd = total(mla_forward_steps(*args, dataflow=flow, **kw))
+        bwd = total(mla_backward_steps(*args, dataflow=flow, block_q=block_q, **kw))
         return {
             "PV FLOPs": 2 * pairs * _attention_dims(flow, d_nope, d_rope, d_v)[1],
             "forward FLOPs": fwd.flops, "backward FLOPs": bwd.flops,
@@ -419,7 +536,7 @@ def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v:
             "backward memory": bwd.allocated + bwd.workspace,
         }
 
-    q = {flow: quantities(flow) for flow in MLA_DATAFLOWS}
+    q = {flow: quantities(flow) for flow in DATAFLOWS}
     return {idea: {k: q[before][k] / q[after][k] for k in q[before]}
             for idea, (before, after) in MLA_IDEAS.items()}
 

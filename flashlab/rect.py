@@ -78,7 +78,8 @@ from flashlab.validation import as_bool, as_int, as_real
 __all__ = ["IDEAS", "IDEA_LABELS", "REMOVES", "ASCEND_910B_CORES", "MLAProblem", "check_ideas", "label",
            "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",
            "chip_bandwidth", "with_chip_bandwidth", "QBlockModel", "qblock_model",
-           "kernel_seconds", "Composition", "compose", "compose_backward", "speedup"]
+           "kernel_seconds", "Composition", "compose", "compose_backward", "speedup",
+           "RooflinePoint", "kernel_roofline_by_hit", "break_even_hit"]
 
 #: the three RECT-FA ideas, in the article's order (:class:`flashlab.dataflows.Idea`)
 IDEAS = dataflows.IDEAS
@@ -383,3 +384,57 @@ def speedup(before: Composition, after: Composition, *, part: str = "total") -> 
     if part not in ("total", "kernel", "ops_total"):
         raise ValueError(f"part must be 'total', 'kernel' or 'ops_total'; got {part!r}")
     return getattr(before, part) / getattr(after, part)
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """Where the FA forward kernel sits on a chip's roofline at one K/V hit rate."""
+
+    kv_hit: float
+    flops: float
+    bytes_moved: float
+    ridge: float             # FLOP/byte where the roofline turns: peak / bandwidth
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes_moved
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.intensity >= self.ridge else "memory"
+
+
+def kernel_roofline_by_hit(profile: HardwareProfile, problem: MLAProblem = MLAProblem(),
+                           hits: Iterable[float] = (0.0, 0.5, 0.9, 0.95, 1.0), *,
+                           dataflow: str = Dataflow.RECT) -> list[RooflinePoint]:
+    r"""The FA forward kernel of ``dataflow`` on ``profile``'s roofline as the K/V hit rate varies.
+
+    FLOPs and bytes are those of the kernel step of :func:`flashlab.cost.mla_forward_steps`,
+    with the K/V re-reads per q-block served on chip at rate $h$ (:func:`flashlab.cost.traffic`'s
+    model); the ridge point is $\pi / \beta$. At $h = 0$ chapter 1's count (every q-block reads
+    K and V from HBM), at $h = 1$ the compulsory traffic of the MLA ledger.
+    """
+    args, kw = problem.cost_args()
+    ridge = profile.peak_flops.value / profile.hbm_bandwidth.value     # pi / beta
+    out = []
+    for h in hits:
+        steps = cost.mla_forward_steps(*args, dataflow=dataflow, kv_hit=h, block_q=problem.block_q, **kw)
+        k = next(s for s in steps if s.name == dataflows.StepName.ATTENTION)
+        out.append(RooflinePoint(float(h), float(k.flops), float(k.bytes_read + k.bytes_written), ridge))
+    return out
+
+
+def break_even_hit(profile: HardwareProfile, problem: MLAProblem = MLAProblem(), *,
+                   dataflow: str = Dataflow.RECT) -> float:
+    r"""The K/V hit rate above which the FA forward kernel is compute-bound on ``profile``.
+
+    The kernel's bytes are affine in $h$, $Q(h) = Q_1 + (1 - h)(Q_0 - Q_1)$, so the ridge
+    $F / Q(h) = \pi / \beta$ is crossed at $h^* = 1 - (F\beta/\pi - Q_1) / (Q_0 - Q_1)$
+    (clipped to [0, 1]: 0 when compute-bound even with every re-read a miss).
+    """
+    p0, p1 = kernel_roofline_by_hit(profile, problem, (0.0, 1.0), dataflow=dataflow)
+    q_at_ridge = p0.flops / p0.ridge                                   # F beta / pi
+    if p0.bytes_moved == p1.bytes_moved:
+        return 0.0 if p0.bound == "compute" else 1.0
+    h = 1.0 - (q_at_ridge - p1.bytes_moved) / (p0.bytes_moved - p1.bytes_moved)
+    return min(1.0, max(0.0, h))

@@ -38,7 +38,7 @@ def test_suite_runs_every_case(tiny_result):
     res = tiny_result
     cases = bench.attention_cases(TINY) + bench.mla_cases(TINY)
     # 2 N x 2 causal x (flashlab fwd, bwd; naive fwd) + 4 dataflows x 2 + flashlab 2
-    assert bench.MLA_DATAFLOWS == ("baseline", "native_v", "split_rope", "rect")
+    assert bench.DATAFLOWS == ("baseline", "native_v", "split_rope", "rect")
     assert len(cases) == 2 * 2 * 3 + 8 + 2
     assert len(res["cases"]) == len(cases)
     assert all(r["status"] == "ok" for r in res["cases"]), \
@@ -374,7 +374,7 @@ def test_implementations_compute_the_same_thing(causal):
     assert [g.shape for g in grads] == [(1, 2, 48, 24), (1, 2, 48, 24), (1, 2, 48, 16)]
     # the MLA dataflows compute the same o
     mla = dict(n=48, d_qk=16, d_v=16, d_rope=8, causal=causal, heads=2, block=(16, 16))
-    o_flows = [_outputs(bench.Case(f"mla:{f}", "forward", **mla))[0] for f in bench.MLA_DATAFLOWS]
+    o_flows = [_outputs(bench.Case(f"mla:{f}", "forward", **mla))[0] for f in bench.DATAFLOWS]
     for o_flow in o_flows[1:]:
         np.testing.assert_allclose(o_flow, o_flows[0], atol=1e-5)
 

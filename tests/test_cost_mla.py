@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from flashlab import cost, mla
-from flashlab.dataflows import COST_FIELDS
+from flashlab.dataflows import COST_FIELDS, DATAFLOWS, total
 from flashlab.masks import allowed, band_from
 
 FIELDS = COST_FIELDS
@@ -37,7 +37,7 @@ def as_tuple(step) -> tuple:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dataflow", cost.MLA_DATAFLOWS)
+@pytest.mark.parametrize("dataflow", DATAFLOWS)
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s)))
 def test_closed_forms_equal_the_ledger(size, dataflow, causal, dtype):
     B, H, Sq, Sk, dn, dr, dv = size
@@ -49,7 +49,7 @@ def test_closed_forms_equal_the_ledger(size, dataflow, causal, dtype):
     assert [as_tuple(s) for s in ledger_f] == [as_tuple(c) for c in closed_f]
     assert [as_tuple(s) for s in ledger_b] == [as_tuple(c) for c in closed_b]
     for ledger, closed in ((ledger_f, closed_f), (ledger_b, closed_b)):
-        assert as_tuple(mla.ledger_total(ledger)) == as_tuple(cost.total_cost(closed))
+        assert as_tuple(mla.ledger_total(ledger)) == as_tuple(total(closed))
 
 
 def test_the_shapes_exercise_every_workspace_case():
@@ -60,7 +60,7 @@ def test_the_shapes_exercise_every_workspace_case():
                                         block_q=16, elem=4)
         return next(s for s in steps if s.name == "flash attention backward").workspace
 
-    ws = {size: {f: kernel_workspace(size, f) for f in cost.MLA_DATAFLOWS} for size in SIZES}
+    ws = {size: {f: kernel_workspace(size, f) for f in DATAFLOWS} for size in SIZES}
     assert ws[SIZES[0]]["baseline"] == ws[SIZES[0]]["native_v"] == 0
     assert ws[SIZES[0]]["split_rope"] > 0 and ws[SIZES[0]]["rect"] > 0
     assert all(w > 0 for w in ws[SIZES[2]].values())
@@ -73,7 +73,7 @@ def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
     and does the baseline's FLOPs (V padded to D), its backward a tiny bit fewer (no head sum)."""
     args = (2, 16, 1024, 128, 64, 128)
     for fn in (cost.mla_forward_steps, cost.mla_backward_steps):
-        flows = {f: {s.name: s for s in fn(*args, dataflow=f, causal=True)} for f in cost.MLA_DATAFLOWS}
+        flows = {f: {s.name: s for s in fn(*args, dataflow=f, causal=True)} for f in DATAFLOWS}
         kernel = next(n for n in flows["rect"])
         pad_slice = {n for n in flows["baseline"] if n.startswith(("pad", "slice"))}
         assert len(pad_slice) == 2
@@ -84,8 +84,8 @@ def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
         split, base = flows["split_rope"][kernel], flows["baseline"][kernel]
         assert split.flops == base.flops
         assert split.bytes_read < base.bytes_read
-    s = {f: cost.total_cost(cost.mla_forward_steps(*args, dataflow=f, causal=True))
-         for f in cost.MLA_DATAFLOWS}
+    s = {f: total(cost.mla_forward_steps(*args, dataflow=f, causal=True))
+         for f in DATAFLOWS}
     # Q, K rows: D = 192 read either way; K_rope: one head instead of H (and no concat)
     assert s["baseline"].flops == s["split_rope"].flops > s["rect"].flops
     assert s["baseline"].bytes_read > s["split_rope"].bytes_read > s["rect"].bytes_read
@@ -120,7 +120,7 @@ def test_savings_for_deepseek_dims():
 def test_savings_equal_the_ratios_of_measured_ledgers():
     size = (1, 4, 16, 16, 128, 64, 128)
     totals = {}
-    for flow in cost.MLA_DATAFLOWS:
+    for flow in DATAFLOWS:
         f, b = (mla.ledger_total(x) for x in run(size, flow, True, np.float32))
         totals[flow] = {"forward FLOPs": f.flops, "backward FLOPs": b.flops,
                         "forward bytes": f.bytes_read + f.bytes_written,

@@ -400,9 +400,54 @@ def test_float32_answers_are_judged_within_float32_rounding():
     fb = check_attention(lambda q, k, v: ATTENTION_MISTAKES["no_scale"][0](
         *(x.astype(np.float32) for x in (q, k, v))).astype(np.float32))
     assert_caught(fb, "no_scale", "sqrt(d)")
-    # a float64 answer keeps the tight tolerance: an error of 1e-5 is not accepted
-    assert_caught(check_attention(lambda q, k, v: attention(q, k, v) * (1 + 1e-5)), "wrong_value",
-                  "largest error")
+    # precision, not dtype: a correct float32 answer that numpy promoted to float64 passes
+    assert check_attention(lambda q, k, v: attention(*(x.astype(np.float32) for x in (q, k, v)))
+                           .astype(np.float64)).passed
+    # an error of 1e-3 is float16's, not float32's: rejected whatever the dtype
+    assert_caught(check_attention(lambda q, k, v: attention(q, k, v) * (1 + 1e-3)), "low_precision",
+                  "only to float16 precision")
+    # a clearly wrong float64 answer is still the generic failure
+    assert_caught(check_attention(lambda q, k, v: attention(q, k, v) * 1.1), "wrong_value", "largest error")
+
+
+def test_float16_answers_are_rejected_with_the_reason():
+    """An answer computed in float16, or an online softmax whose running state is float16, was
+    accepted when the tolerance followed the returned dtype: it is rejected, saying why."""
+    def attention16(q, k, v):
+        return attention(*(x.astype(np.float16) for x in (q, k, v)))
+    fb = check_attention(attention16)
+    assert_caught(fb, "low_precision", "only to float16 precision")
+
+    def state16(m, l, acc, s, v):       # the running state kept in float16, returned as float64
+        m, l, acc = (x.astype(np.float16) for x in (m, l, acc))
+        return tuple(np.asarray(x, dtype=np.float64) for x in online_step(m, l, acc, s, v))
+    with np.errstate(all="ignore"):
+        assert_caught(check_online_softmax(state16), "low_precision", "float16 computation")
+        assert_caught(check_online_softmax(lambda *a: tuple(x.astype(np.float16) for x in online_step(*a))),
+                      "low_precision", "it is float16")
+
+
+def _post_guarded(**options):
+    """online_step computed as written, then the rows with no allowed key set to l = 0, acc = 0."""
+    def fn(m, l, acc, s, v):
+        m_new, l_new, acc_new = online_step(m, l, acc, s, v, guard=False, **options)
+        dead = np.isneginf(np.maximum(m, s.max(axis=1)))
+        return m_new, np.where(dead, 0.0, l_new), np.where(dead[:, None], 0.0, acc_new)
+    return fn
+
+
+@pytest.mark.parametrize("name", [n for n in ONLINE_MISTAKES if n != "nan_fully_masked_row"])
+def test_online_softmax_slips_named_with_a_post_guard(name):
+    """Each slip is named also when the answer guards the fully masked row after the fact."""
+    options, phrase = ONLINE_MISTAKES[name]
+    with np.errstate(all="ignore"):
+        fb = check_online_softmax(_post_guarded(**options))
+    assert_caught(fb, name, phrase)
+
+
+def test_online_softmax_post_guard_right():
+    with np.errstate(all="ignore"):
+        assert check_online_softmax(_post_guarded()).passed
 
 
 # ------------------------------------------------------------------------ flash_attn's window

@@ -144,8 +144,15 @@ def test_rope_float32_answer_passes():
     assert fb.passed, fb.message
     assert_caught(check_rope(lambda x, p: rope(x.astype(np.float32), (p + 1).astype(np.float32))),
                   "positions_off_by_one", "(m + 1) theta_i")
-    # float64 keeps its tight tolerance: a float64 answer off by 1e-6 relative is wrong
-    assert_caught(check_rope(lambda x, p: rope(x, p) * (1 + 1e-6)), "wrong_value", "largest error")
+    # precision, not dtype: the float32 answer promoted to float64 passes too; float16 does not
+    assert check_rope(lambda x, p: rope32(x, p).astype(np.float64)).passed
+    assert_caught(check_rope(lambda x, p: rope(x.astype(np.float16), p.astype(np.float16))),
+                  "low_precision", "float16")
+
+
+def test_counts_are_not_excused_as_low_precision():
+    """A count is judged to 1e-9: an answer off by 1e-3 is wrong, not 'low precision'."""
+    assert_caught(check_concat_bytes(lambda *c: 1.001 * concat_bytes(*c)), "wrong_value", "cases are right")
 
 
 def test_rope_cos_sin_swapped():

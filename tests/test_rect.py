@@ -7,6 +7,7 @@ import math
 import pytest
 
 from flashlab import cost, rect
+from flashlab.dataflows import DATAFLOWS, Step
 from flashlab.pipeline import ASCEND_910B, ASCEND_910B_AI_CORE, simulate_fa
 
 CORE = ASCEND_910B_AI_CORE
@@ -75,7 +76,7 @@ def test_separate_steps_are_the_dataflows_own(ideas):
     """Removing each idea's operators from the baseline leaves exactly the separate operators of
     the flashlab.mla dataflow of those ideas (split_rope alone: pad V / slice O, no concat)."""
     flow = rect.dataflow_of(ideas)
-    assert flow in cost.MLA_DATAFLOWS
+    assert flow in DATAFLOWS
     args, kw = SMALL.cost_args()
     for backward, fn in ((False, cost.mla_forward_steps), (True, cost.mla_backward_steps)):
         own = [s for s in fn(*args, dataflow=flow, **kw) if not s.name.startswith("flash attention")]
@@ -83,7 +84,7 @@ def test_separate_steps_are_the_dataflows_own(ideas):
 
 
 def test_op_seconds_is_bytes_over_bandwidth():
-    step = cost.StepCost("x", 0, 3_000, 1_000, 1_000)
+    step = Step("x", 0, 3_000, 1_000, 1_000)
     assert rect.op_seconds(step, 2_000.0) == 2.0
     with pytest.raises(ValueError, match="bandwidth must be > 0"):
         rect.op_seconds(step, 0)

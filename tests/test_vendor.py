@@ -61,24 +61,48 @@ def _row(kind, v, **est):
 
 
 @pytest.mark.parametrize("estimates, expected", [
-    ({"cost": Estimate(1.28, 1.28, "1.28")}, "consistent: cost model"),
-    ({"cost": Estimate(1.1, 1.1, "1.10"), "cpu": Estimate(1.05, 1.05, "1.05")}, "ours smaller: at most 1.10"),
-    ({"pipeline": Estimate(1.5, 1.7, "1.50–1.70")}, "ours larger: at least 1.50–1.70"),
-    ({"roofline": Estimate(1.2, 1.4, "1.20–1.40")}, "consistent: 910B roofline"),
-    ({}, "not modelled"),
+    # like-for-like ranges only: an estimate of another quantity never decides
+    ({"roofline": Estimate(1.2, 1.4, "", like=True)}, "reproduced: 910B roofline 1.2×–1.4× contains 1.3×"),
+    ({"roofline": Estimate(1.2, 1.25, "", like=True)}, "partly reproduced: 910B roofline 1.2×–1.25× misses "
+                                                         "1.3× by 17% of its effect"),
+    ({"roofline": Estimate(1.0, 1.1, "", like=True)}, "not reproduced: 910B roofline 1×–1.1× misses 1.3× by "
+                                                        "67% of its effect"),
+    ({"cost": Estimate(1.3, 1.3, "")}, "not comparable: no estimate measures the figure's quantity"),
+    ({}, "not comparable: no estimate measures the figure's quantity"),
 ])
 def test_verdict_of_a_speedup(estimates, expected):
     assert vendor.verdict(_row("speedup", 1.30, **estimates)) == expected
 
 
-def test_verdict_mixed_names_both_sides():
-    v = vendor.verdict(_row("cut", 0.08, cost=Estimate(0.0, 0.0, "0%"), pipeline=Estimate(0.2, 0.3, "20%–30%")))
-    assert v.startswith("mixed") and "pipeline model 20%–30%" in v and "cost model 0%" in v
+def test_verdict_joins_like_ranges_and_states_the_reason_when_not_comparable():
+    v = vendor.verdict(_row("cut", 0.08, cost=Estimate(0.08, 0.08, "8%"),
+                            pipeline=Estimate(0.2, 0.3, "", like=True), roofline=Estimate(0.1, 0.12, "", like=True)))
+    assert v == "partly reproduced: 910B roofline, pipeline model 10.0%–30.0% misses 8.0% by 25% of its effect"
+    row = VendorRow("x", "x", 0.048, "step gain", "k", "", "", {}, not_comparable="a whole step")
+    assert vendor.verdict(row) == "not comparable: a whole step"
+    at_least = VendorRow("x", "x", 5.0, "speedup", "k", "", "", {"roofline": Estimate(2, 6, "", like=True)},
+                         at_least=True)
+    assert vendor.verdict(at_least).startswith("reproduced")
 
 
-def test_verdict_of_a_step_gain_is_not_a_test():
-    assert "not a test" in vendor.verdict(_row("step gain", 0.048, cost=Estimate(0.2, 0.3, "")))
-    assert vendor.verdict(_row("step gain", 0.048, cost=Estimate(0.5, 1.4, ""))).startswith("inconsistent")
+def test_verdicts_are_strict_pairs():
+    pairs = vendor.verdicts()
+    assert len(pairs) == len(vendor.vendor_table())
+    assert all(v in vendor.VERDICTS for _, v in pairs)
+    assert not any("consistent" in r.verdict for r in vendor.vendor_table())
+    by_key = {r.key: vendor.verdict_headline(r.verdict) for r in vendor.vendor_table()}
+    # a step, a module share and a device's memory are not the attention forward: never matched
+    for key in ("llama_step", "end_to_end", "memory", "concat_share"):
+        assert by_key[key] == "not comparable"
+
+
+def test_seed_figures_state_their_own_inconsistencies():
+    rows = {r.key: r for r in vendor.vendor_table()}
+    own = " ".join(rows["llama_step"].inconsistencies)
+    assert "63,015 tokens/s" in own and "not the 1,200" in own      # 8 x 4096 / 0.52 s
+    assert "26 GB" in own and "6.1 GB" in own
+    md = vendor.table_markdown(["llama_step"])
+    assert "The figure's own arithmetic" in md
 
 
 def test_amdahl_share():
@@ -111,5 +135,18 @@ def test_table_fits_a_page_column():
     notes = [ln for ln in md.splitlines() if ln.startswith("- *")]
     assert len(notes) == len(body) and all("Verdict: " in n for n in notes)
     assert "Not modelled — pipeline model: the pipeline model has no unfused baseline" in md
-    assert vendor.verdict_headline("mixed: larger x; smaller y") == "mixed"
-    assert vendor.verdict_headline("not modelled") == "not modelled"
+    assert vendor.verdict_headline("partly reproduced: x 1–2 misses 3") == "partly reproduced"
+    assert vendor.verdict_headline("reproduced") == "reproduced"
+
+
+def test_sensitivity_moves_one_assumed_number():
+    """The verdicts at the ends of the assumed HBM range; a verdict that is the same at both
+    ends holds over it. The ping-pong verdict moves with the assumed Vector rate."""
+    rows = vendor.sensitivity("hbm_bandwidth")
+    beta = vendor.ASCEND_910B.hbm_bandwidth
+    assert all(set(v) == {beta.low, beta.value, beta.high} for _, v in rows)
+    assert all(w in vendor.VERDICTS for _, v in rows for w in v.values())
+    base = {f: v[beta.value] for f, v in rows}
+    assert base == dict(vendor.verdicts())
+    with pytest.raises(ValueError, match="parameter must be one of"):
+        vendor.sensitivity("clock")

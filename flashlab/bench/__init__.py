@@ -14,7 +14,7 @@ Implementations (``impl``):
   installed (optional: ``pip install -r requirements-bench.txt``); forward under
   ``torch.no_grad()``, backward ``out.backward(dO)`` on ``requires_grad`` leaves;
 * ``mla:<dataflow>``: :func:`flashlab.mla.mla_forward` / :func:`flashlab.mla.mla_backward` in
-  each dataflow of :data:`flashlab.cost.MLA_DATAFLOWS` (the MLA section).
+  each dataflow of :data:`flashlab.dataflows.DATAFLOWS` (the MLA section).
 
 What is measured for each case
     * **time**: the median of up to ``repeats`` calls after one warm-up call at full size.
@@ -100,7 +100,7 @@ fresh processes, ``()`` for none; ``first_call=None`` skips the Numba first-call
 """
 from __future__ import annotations
 
-from flashlab.cost import MLA_DATAFLOWS
+from flashlab.dataflows import DATAFLOWS
 from flashlab.bench.config import (IMPLEMENTATIONS, BASELINES, HAS_BACKWARD, DIRECTIONS, SCHEMA,
                                    MB, BenchConfig, FULL, QUICK, Case)
 from flashlab.bench.inputs import make_inputs, make_mla_inputs, grad_output
@@ -134,5 +134,5 @@ __all__ = [
     "load_results", "case_table", "backward_over_forward", "to_markdown", "find_case", "TARGETS",
     "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason",
     "shape_key", "backward_products", "backward_ceiling", "CEILING_PROBLEMS", "ceiling_run",
-    "ceiling_lines", "run_group", "run_suite", "main", "MLA_DATAFLOWS",
+    "ceiling_lines", "run_group", "run_suite", "main", "DATAFLOWS",
 ]

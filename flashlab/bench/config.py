@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from flashlab.arguments import as_int
-from flashlab.cost import MLA_DATAFLOWS
+from flashlab.dataflows import DATAFLOWS
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 
 __all__ = ["IMPLEMENTATIONS", "BASELINES", "HAS_BACKWARD", "DIRECTIONS", "SCHEMA", "MB",
@@ -159,7 +159,7 @@ class Case:
     block: tuple[int, int] = FORWARD_BLOCK
 
     def __post_init__(self):
-        known = IMPLEMENTATIONS + tuple(f"mla:{f}" for f in MLA_DATAFLOWS)
+        known = IMPLEMENTATIONS + tuple(f"mla:{f}" for f in DATAFLOWS)
         if self.impl not in known:
             raise ValueError(f"impl must be one of {known}; got {self.impl!r}")
         if self.direction not in DIRECTIONS:

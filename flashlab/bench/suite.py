@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.bench.config import (BASELINES, DIRECTIONS, FULL, HAS_BACKWARD, MLA_DATAFLOWS,
+from flashlab.bench.config import (BASELINES, DATAFLOWS, DIRECTIONS, FULL, HAS_BACKWARD,
                                    SCHEMA, BenchConfig, Case)
 from flashlab.bench.decode import decode_bench, decode_ratios
 from flashlab.bench.estimates import case_flops, estimated_bytes, mla_model_peak, tile_fraction
@@ -46,7 +46,7 @@ def mla_cases(config: BenchConfig) -> list[Case]:
     cases = [Case(f"mla:{flow}", direction, s, dn, dv, False, config.batch, config.mla_heads,
                   d_rope=dr,
                   block=config.block_for(direction))
-             for s in config.mla_sizes for flow in MLA_DATAFLOWS for direction in DIRECTIONS]
+             for s in config.mla_sizes for flow in DATAFLOWS for direction in DIRECTIONS]
     impls = ("flashlab",) + (("torch_sdpa",) if "torch_sdpa" in config.baselines else ())
     cases += [Case(impl, direction, s, dn + dr, dv, False, config.batch, config.mla_heads,
                    block=config.block_for(direction))

@@ -7,7 +7,9 @@ solution passes and that each planted mistake is caught with its message.
 """
 from . import foundations, rect
 from ._core import Feedback, Mistake, call_student, diagnose
+from ._capstone import check_flash_tile_loop
 from .foundations import *  # noqa: F401,F403  (the Foundations chapters' checkers)
 from .rect import *  # noqa: F401,F403  (the RECT-FA chapters' checkers)
 
-__all__ = ["Feedback", "Mistake", "call_student", "diagnose", *foundations.__all__, *rect.__all__]
+__all__ = ["Feedback", "Mistake", "call_student", "diagnose", "check_flash_tile_loop",
+           *foundations.__all__, *rect.__all__]

@@ -23,13 +23,12 @@ evaluated on the same inputs. ``tests/test_exercises_foundations.py`` plants eac
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose, tolerance
+from flashlab.exercises._core import Feedback, Mistake, call_quietly, judge, with_hint
 from flashlab.kernels import backward as _backward
 from flashlab.kernels import forward as _forward
 from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles
@@ -38,67 +37,6 @@ from flashlab.reference import attention_reference
 __all__ = ["check_arithmetic_intensity", "check_softmax", "check_attention",
            "check_online_softmax", "check_backward_delta", "check_softmax_grad",
            "check_band_mask", "check_tile_class", "check_flash_attn_window"]
-
-#: failures of :func:`diagnose` that no known mistake can explain: reported as they are
-_STRUCTURAL = ("returned_none", "not_an_array")
-
-
-# ------------------------------------------------------------------------------ shared judge
-def _matches(got: Any, answer: Any, rtol: float, atol: float) -> bool:
-    """True when ``got`` equals ``answer`` (same shape, close, NaN == NaN, inf == inf)."""
-    if answer is None:
-        return False
-    try:
-        a = np.asarray(got, dtype=np.float64)
-        b = np.asarray(answer, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    if a.shape != b.shape:
-        return False
-    # allclose would compute inf - inf = nan: compare the non-finite entries by identity
-    fin = np.isfinite(a) & np.isfinite(b)
-    same_special = np.where(fin, True, (a == b) | (np.isnan(a) & np.isnan(b)))
-    return bool(same_special.all() and np.allclose(a[fin], b[fin], rtol=rtol, atol=atol))
-
-
-def _judge(exercise: str, parts: Sequence[tuple[str, Any, Any]], mistakes: Sequence[Mistake], *,
-           success: str, rtol: float = 1e-6, atol: float = 1e-9) -> Feedback:
-    """Judge a result made of several ``parts`` = ``(what, got, expected)``.
-
-    A part is one element of a returned tuple, or the result for one of several inputs.
-    Each mistake's ``answer`` is a sequence with one answer per part; it is recognised only
-    when *every* part matches it, so the inputs must be chosen to tell the mistakes apart.
-    Mistakes are tried before the shape and NaN checks of :func:`diagnose`, so a mistake
-    whose answer has another shape (a sum over the wrong axis) or overflows (a softmax
-    without the max subtracted) is still named.
-    """
-    verdicts = [diagnose(exercise, got, expected, what=what, rtol=rtol, atol=atol)
-                for what, got, expected in parts]
-    if all(v.passed for v in verdicts):
-        return Feedback(exercise, True, success)
-    first = next(v for v in verdicts if not v.passed)
-    if first.mistake in _STRUCTURAL:
-        return first
-    for m in mistakes:
-        if all(_matches(got, answer, *tolerance(got, rtol, atol))
-               for (_, got, _), answer in zip(parts, m.answer)):
-            return Feedback(exercise, False, m.hint, m.name)
-    return first
-
-
-def _call(exercise: str, fn: Callable[..., Any], *args) -> tuple[Any, Feedback | None]:
-    """:func:`call_student` with float warnings silenced (the feedback explains overflows)."""
-    with np.errstate(all="ignore"):
-        return call_student(exercise, fn, *args)
-
-
-def _with_hint(feedback: Feedback, hints: Sequence[tuple[str, str]]) -> Feedback:
-    """Append the first hint whose regex matches a 'raised' message (e.g. a broadcast error)."""
-    for pattern, hint in hints:
-        if re.search(pattern, feedback.message):
-            return Feedback(feedback.exercise, False, f"{feedback.message}. Hint: {hint}", feedback.mistake)
-    return feedback
-
 
 def _softmax_rows(s: np.ndarray) -> np.ndarray:
     """Row softmax of ``s`` (rows, cols) from :func:`flashlab.attention_reference`.
@@ -145,7 +83,7 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
     parts, answers = [], {name: [] for name in ("no_factor_2", "c_not_counted", "c_counted_twice",
                                                 "elements_not_bytes", "integer_division", "inverted")}
     for m, n, k, e in _GEMM_CASES:
-        got, fail = _call(ex, fn, m, n, k, e)
+        got, fail = call_quietly(ex, fn, m, n, k, e)
         if fail is not None:
             return fail
         flops = 2 * m * n * k
@@ -178,7 +116,7 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
                 "you returned bytes per FLOP: the intensity is FLOPs per byte, F / Q, so that a "
                 "large value means much arithmetic per byte moved."),
     ]
-    return _judge(ex, parts, mistakes,
+    return judge(ex, parts, mistakes,
                   success="matches 2mnk / (bytes_per_element (mk + kn + mn)) on all four shapes.")
 
 
@@ -206,9 +144,9 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
     """
     ex = "softmax"
     s = _softmax_input()
-    got, fail = _call(ex, fn, s.copy())
+    got, fail = call_quietly(ex, fn, s.copy())
     if fail is not None:
-        return _with_hint(fail, [(r"broadcast", "reduce with keepdims=True (s.max(axis=-1, "
+        return with_hint(fail, [(r"broadcast", "reduce with keepdims=True (s.max(axis=-1, "
                                                 "keepdims=True) has shape (rows, 1)) so it broadcasts "
                                                 "against s.")])
     mistakes = [
@@ -232,7 +170,7 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Feedback:
                 "you divided by the sum of the whole matrix: each row is its own softmax, so "
                 "divide by the row sums, e.sum(axis=-1, keepdims=True); each row of P sums to 1."),
     ]
-    return _judge(ex, [("p", got, _softmax_rows(s))], mistakes,
+    return judge(ex, [("p", got, _softmax_rows(s))], mistakes,
                   success="matches the reference softmax, also on the rows near +1000 and -1000.")
 
 
@@ -260,9 +198,9 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
     """
     ex = "attention"
     q, k, v = _attention_inputs()
-    got, fail = _call(ex, fn, q.copy(), k.copy(), v.copy())
+    got, fail = call_quietly(ex, fn, q.copy(), k.copy(), v.copy())
     if fail is not None:
-        return _with_hint(fail, [
+        return with_hint(fail, [
             (r"matmul|not aligned", "the scores are Q K^T: q is (Sq, d) and k is (Sk, d), so "
                                     "write q @ k.T, an (Sq, Sk) matrix."),
             (r"broadcast", "reduce with keepdims=True so the row max and row sum have shape "
@@ -289,7 +227,7 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
                 "inside, softmax(Q K^T / sqrt(d)); it changes how peaked each row of P is, not "
                 "just the size of O."),
     ]
-    return _judge(ex, [("o", got, o)], mistakes,
+    return judge(ex, [("o", got, o)], mistakes,
                   success="matches the float64 reference, also on the row whose largest score is 1000.")
 
 
@@ -369,9 +307,9 @@ def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndar
     """
     ex = "online softmax"
     x = _online_inputs()
-    got, fail = _call(ex, fn, *(x[name].copy() for name in ("m", "l", "acc", "s", "v")))
+    got, fail = call_quietly(ex, fn, *(x[name].copy() for name in ("m", "l", "acc", "s", "v")))
     if fail is not None:
-        return _with_hint(fail, [(r"broadcast", "m and l have shape (rows,); use m_new[:, None] "
+        return with_hint(fail, [(r"broadcast", "m and l have shape (rows,); use m_new[:, None] "
                                                 "to broadcast them against (rows, cols) or "
                                                 "(rows, dv) arrays.")])
     if not isinstance(got, (tuple, list)) or len(got) != 3:
@@ -419,13 +357,21 @@ def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndar
     def answer(how, guard):
         return how(guard) if callable(how) else _online_variant(*args, **how, guard=guard)
 
+    # rows with no allowed key yet (m_new = -inf): a reader may guard them afterwards instead,
+    # computing as written and then setting l = 0, acc = 0 there; each slip is named either way
+    dead = np.isneginf(np.maximum(x["m"], block_max))
+
+    def post_guarded(r):
+        return r[0], np.where(dead, 0.0, r[1]), np.where(dead[:, None], 0.0, r[2])
+
     with np.errstate(all="ignore"):
         mistakes = [Mistake("nan_fully_masked_row", _online_variant(*args, guard=False), _NAN_ROW_HINT)]
         for name, how, hint in slips:
             mistakes.append(Mistake(name, answer(how, True), hint))
+            mistakes.append(Mistake(name, post_guarded(answer(how, False)), hint))
             mistakes.append(Mistake(name, answer(how, False),
                                     hint + " Also: " + _NAN_ROW_HINT[0].lower() + _NAN_ROW_HINT[1:]))
-    feedback = _judge(ex, parts, mistakes,
+    feedback = judge(ex, parts, mistakes,
                       success="m_new, l_new and acc_new match the kernel's online_softmax_update on "
                               "every row (first block, raised max, unchanged max, masked key, and "
                               "a row with every key masked).")
@@ -467,7 +413,7 @@ def check_backward_delta(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> 
     """
     ex = "D = rowsum(dO * O)"
     x = _backward_inputs()
-    got, fail = _call(ex, fn, x["do"].copy(), x["o"].copy())
+    got, fail = call_quietly(ex, fn, x["do"].copy(), x["o"].copy())
     if fail is not None:
         return fail
     d = np.empty(x["do"].shape[0])
@@ -490,7 +436,7 @@ def check_backward_delta(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> 
                 "do @ o.T pairs every row with every other row (rows x rows); D needs only the "
                 "diagonal, rowsum(dO * O) (element-wise product, then sum)."),
     ]
-    return _judge(ex, [("D", got, d)], mistakes,
+    return judge(ex, [("D", got, d)], mistakes,
                   success="matches rowsum(dO * O), the backward kernel's row_dot.")
 
 
@@ -505,9 +451,9 @@ def check_softmax_grad(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Fe
     ex = "softmax backward"
     x = _backward_inputs()
     p, dp = x["p"], x["dp"]
-    got, fail = _call(ex, fn, p.copy(), dp.copy())
+    got, fail = call_quietly(ex, fn, p.copy(), dp.copy())
     if fail is not None:
-        return _with_hint(fail, [(r"broadcast", "D has one value per row: keep the summed axis "
+        return with_hint(fail, [(r"broadcast", "D has one value per row: keep the summed axis "
                                                 "((p * dp).sum(axis=-1, keepdims=True) has shape "
                                                 "(rows, 1)) so it broadcasts against dp.")])
     # the truth: D = rowsum(P * dP), then dS = P * (dP - D), with the kernel's helpers
@@ -535,7 +481,7 @@ def check_softmax_grad(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Fe
                 "you left out the factor P: dS = P * (dP - D) (the Jacobian diag(p) - p p^T "
                 "multiplies by p)."),
     ]
-    return _judge(ex, [("dS", got, ds)], mistakes,
+    return judge(ex, [("dS", got, ds)], mistakes,
                   success="matches P * (dP - rowsum(P * dP)), the backward kernel's ds_from_dp.")
 
 
@@ -571,7 +517,7 @@ def check_band_mask(fn: Callable[[int, int, int, int], np.ndarray]) -> Feedback:
     ex = "band mask"
     gots = []
     for sq, sk, left, right in _BAND_CASES:
-        got, fail = _call(ex, fn, sq, sk, left, right)
+        got, fail = call_quietly(ex, fn, sq, sk, left, right)
         if fail is not None:
             return fail
         gots.append(got)
@@ -612,7 +558,7 @@ def check_band_mask(fn: Callable[[int, int, int, int], np.ndarray]) -> Feedback:
              for case, got in zip(_BAND_CASES, gots)]
     mistakes = [Mistake(name, [f(*case) for case in _BAND_CASES], hints[name])
                 for name, f in variants.items()]
-    feedback = _judge(ex, parts, mistakes, success="matches the band on all four cases "
+    feedback = judge(ex, parts, mistakes, success="matches the band on all four cases "
                       "(causal, two-sided, sq > sk, a negative side).", rtol=0, atol=0)
     bad_dtype = next((np.asarray(g).dtype for g in gots if np.asarray(g).dtype != np.bool_), None)
     if feedback.passed and bad_dtype is not None:
@@ -698,7 +644,7 @@ def check_tile_class(fn: Callable[[int, int, int, int, int, int], int]) -> Feedb
     for left, right in _TILE_BANDS:
         got = np.full(shape, -1, dtype=np.int64)
         for a, b, i0, i1, j0, j1 in _tiles(sq, sk, bq, bk):
-            c, fail = _call(ex, fn, i0, i1, j0, j1, left, right)
+            c, fail = call_quietly(ex, fn, i0, i1, j0, j1, left, right)
             if fail is not None:
                 return fail
             if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or c not in _CLASS_NAMES:
@@ -727,7 +673,7 @@ def check_tile_class(fn: Callable[[int, int, int, int, int, int], int]) -> Feedb
                                for band in _TILE_BANDS], hint)
                 for name, hint in hints.items()]
     named = [(f"the classes for (left, right) = {band}", got, exp) for band, got, exp in parts]
-    feedback = _judge(ex, named, mistakes, rtol=0, atol=0,
+    feedback = judge(ex, named, mistakes, rtol=0, atol=0,
                       success="every tile of the 24 x 28 grid (8 x 6 tiles) is classified as "
                               "flashlab.masks.tile_class does, under all seven bands.")
     if feedback.mistake == "wrong_value":
@@ -794,7 +740,7 @@ def check_flash_attn_window(fn: Callable[[int, int, bool, tuple[int, int]], tupl
     ex = "flash_attn window"
     gots = []
     for sq, sk, causal, window_size in _WINDOW_CASES:
-        got, fail = _call(ex, fn, sq, sk, causal, window_size)
+        got, fail = call_quietly(ex, fn, sq, sk, causal, window_size)
         if fail is not None:
             return fail
         band = _as_allowed(got, sq, sk)
@@ -828,5 +774,5 @@ def check_flash_attn_window(fn: Callable[[int, int, bool, tuple[int, int]], tupl
              for case, got in zip(_WINDOW_CASES, gots)]
     mistakes = [Mistake(name, [f(*case) for case in _WINDOW_CASES], hints[name])
                 for name, f in variants.items()]
-    return _judge(ex, parts, mistakes, success="the same allowed keys as flash_attn on all six cases "
+    return judge(ex, parts, mistakes, success="the same allowed keys as flash_attn on all six cases "
                   "(both length orders, causal, windows with and without it).", rtol=0, atol=0)

@@ -23,13 +23,13 @@ The checkers, the reader's function each one expects, and the chapter that uses 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from flashlab import cost
-from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose
+from flashlab.exercises._core import Feedback, Mistake, call_cases, call_student, diagnose, diagnose_cases
 from flashlab.kernels.forward import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
 from flashlab.rect import REMOVES
@@ -37,54 +37,6 @@ from flashlab.rope import apply_rope, rope_frequencies
 
 __all__ = ["check_mla_scores", "check_rope", "check_pipeline_time", "check_concat_bytes",
            "check_attention_flops"]
-
-
-# ----------------------------------------------------------------------- shared machinery
-def _fmt(x: float) -> str:
-    """A number for a message: integers with thousands separators, others to 6 digits."""
-    if np.isfinite(x) and float(x).is_integer() and abs(x) < 1e18:
-        return f"{int(x):,}"
-    return f"{x:.6g}"
-
-
-def _call_cases(exercise: str, fn: Callable[..., Any], cases: Sequence[tuple],
-                describe: Callable[[tuple], str], what: str) -> tuple[np.ndarray | None, Feedback | None]:
-    """Call ``fn(*case)`` for every case; each call must return one number.
-
-    Returns ``(answers, None)`` (a float64 array, one entry per case) or ``(None, feedback)``
-    for the first case whose call raised or did not return a number, naming that case.
-    """
-    out = np.empty(len(cases))
-    for i, case in enumerate(cases):
-        result, fb = call_student(exercise, fn, *case)
-        if fb is not None:
-            return None, Feedback(exercise, False, f"for {describe(case)}, {fb.message}", fb.mistake)
-        if result is None:
-            return None, Feedback(exercise, False, f"for {describe(case)} your function returned None; "
-                                  f"it should return {what}.", "returned_none")
-        value = np.asarray(result)
-        if value.ndim != 0 or not np.issubdtype(value.dtype, np.number):
-            return None, Feedback(exercise, False, f"for {describe(case)} your function returned "
-                                  f"{type(result).__name__} {result!r:.60}; it should return one number, "
-                                  f"{what}.", "not_a_number")
-        out[i] = float(value)
-    return out, None
-
-
-def _diagnose_cases(exercise: str, got: np.ndarray, expected: np.ndarray, cases: Sequence[tuple],
-                    describe: Callable[[tuple], str], *, what: str, mistakes: Sequence[Mistake],
-                    rtol: float = 1e-9, atol: float = 1e-9, success: str) -> Feedback:
-    """:func:`diagnose` over one answer per case; an unrecognised wrong answer is reported for
-    the first case it is wrong in (with its inputs), not by an array index."""
-    fb = diagnose(exercise, got, expected, what=what, mistakes=mistakes, rtol=rtol, atol=atol,
-                  success=success)
-    if fb.mistake not in ("wrong_value", "non_finite"):
-        return fb
-    wrong = ~np.isclose(got, expected, rtol=rtol, atol=atol)
-    i = int(np.argmax(wrong))
-    return Feedback(exercise, False, f"for {describe(cases[i])} your function returned {_fmt(got[i])}; the "
-                    f"answer is {_fmt(expected[i])} ({int((~wrong).sum())} of {len(cases)} cases are "
-                    "right).", fb.mistake)
 
 
 # -------------------------------------------------------------------------------- MLA scores
@@ -193,8 +145,8 @@ def check_rope(fn: Callable[..., Any]) -> Feedback:
 
     Known mistakes: the interleaved layout (pairs $(x_{2i}, x_{2i+1})$); the rotation's sign
     flipped; cos and sin swapped; the given positions ignored (``arange(S)``) or off by one;
-    frequencies $10000^{-i/D}$ (the factor 2 of the exponent missing). An answer computed in
-    float32 (or float16) is judged within that dtype's rounding, a float64 one within 1e-7.
+    frequencies $10000^{-i/D}$ (the factor 2 of the exponent missing). Every answer is judged
+    to float32 precision, whatever its dtype (one computed in float16 is ``"low_precision"``).
     """
     ex = "RoPE"
     rng = np.random.default_rng(11)
@@ -231,7 +183,7 @@ def check_rope(fn: Callable[..., Any]) -> Feedback:
                 "your frequencies are 10000^(-i/D): the exponent is -2i/D (pair i holds features i and "
                 "i + D/2, so i runs over D/2 pairs: theta = 10000 ** (-np.arange(0, D, 2) / D))."),
     ]
-    return diagnose(ex, got, expected, what="the rotated x", mistakes=mistakes, rtol=1e-7, atol=1e-9,
+    return diagnose(ex, got, expected, what="the rotated x", mistakes=mistakes,
                     success="matches flashlab.rope.apply_rope (rotate-half, base 10000) at positions "
                             f"{pos[0]}..{pos[-1]}.")
 
@@ -259,7 +211,7 @@ def check_pipeline_time(fn: Callable[..., Any]) -> Feedback:
     def describe(c):
         return f"n_tiles={c[0]}, t_load={c[1]:g}, t_compute={c[2]:g}, buffers={c[3]}"
 
-    got, fb = _call_cases(ex, fn, cases, describe, "the total time")
+    got, fb = call_cases(ex, fn, cases, describe, "the total time")
     if fb is not None:
         return fb
     # the truth: the discrete-event simulator on the two-stage task graph
@@ -294,7 +246,7 @@ def check_pipeline_time(fn: Callable[..., Any]) -> Feedback:
                 "must wait until the computation of tile j has freed the buffer, so nothing overlaps: "
                 "n (a + b)."),
     ]
-    return _diagnose_cases(ex, got, expected, cases, describe, what="the total time", mistakes=mistakes,
+    return diagnose_cases(ex, got, expected, cases, describe, what="the total time", mistakes=mistakes,
                            success="matches the simulator in all "
                                    f"{len(cases)} cases: n (a + b) with one buffer, "
                                    "a + b + (n - 1) max(a, b) with two.")
@@ -323,7 +275,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
     def describe(c):
         return "batch={}, heads={}, seq={}, d_nope={}, d_rope={}, elem={}".format(*c)
 
-    got, fb = _call_cases(ex, fn, cases, describe, "the bytes read plus the bytes written")
+    got, fb = call_cases(ex, fn, cases, describe, "the bytes read plus the bytes written")
     if fb is not None:
         return fb
     removed = REMOVES["split_rope"]
@@ -360,7 +312,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
                 "your count is in elements: multiply by `elem` (bytes per element: 2 for bf16) to get "
                 "bytes."),
     ]
-    return _diagnose_cases(ex, got, expected, cases, describe, what="the byte count", mistakes=mistakes,
+    return diagnose_cases(ex, got, expected, cases, describe, what="the byte count", mistakes=mistakes,
                            success="matches flashlab.cost.mla_forward_steps (expand k_rope + concat Q + "
                                    f"concat K) in all {len(cases)} cases.")
 
@@ -387,7 +339,7 @@ def check_attention_flops(fn: Callable[..., Any]) -> Feedback:
     def describe(c):
         return "b={}, h={}, sq={}, sk={}, d_qk={}, d_v={}, causal={}".format(*c)
 
-    got, fb = _call_cases(ex, fn, cases, describe, "the forward's FLOPs")
+    got, fb = call_cases(ex, fn, cases, describe, "the forward's FLOPs")
     if fb is not None:
         return fb
 
@@ -423,7 +375,7 @@ def check_attention_flops(fn: Callable[..., Any]) -> Feedback:
                 "for causal you took Sq (Sq + 1) / 2 pairs, which holds only while Sq <= Sk. Rows "
                 "i >= Sk see all Sk keys, not i + 1: sum over rows of min(i + 1, Sk)."),
     ]
-    return _diagnose_cases(ex, got, expected, cases, describe, what="the FLOPs", mistakes=mistakes,
+    return diagnose_cases(ex, got, expected, cases, describe, what="the FLOPs", mistakes=mistakes,
                            rtol=1e-9, atol=1e-6,
                            success=f"match flashlab.cost in all {len(cases)} cases: 2 P (d_qk + d_v) "
                                    "with P the attended (query, key) pairs.")

@@ -47,12 +47,16 @@ class Param:
         or why it is assumed
     status
         ``"published"``, ``"derived"`` or ``"assumption"``
+    low, high
+        for an assumption, the range considered (``low <= value <= high``); ``None`` when not given
     """
 
     value: float
     unit: str
     source: str
     status: str = "published"
+    low: float | None = None
+    high: float | None = None
 
     def __post_init__(self):
         as_real("Param value", self.value, lo=0.0, what="an int or float")
@@ -60,6 +64,11 @@ class Param:
             raise ValueError(f"Param status must be one of {STATUSES}; got {self.status!r}")
         if not self.source.strip():
             raise ValueError("Param source must name where the number comes from; got an empty string")
+        if (self.low is None) != (self.high is None):
+            raise ValueError(f"Param low and high come together; got low={self.low}, high={self.high}")
+        if self.low is not None and not self.low <= self.value <= self.high:
+            raise ValueError(f"Param range must contain the value: low={self.low} <= {self.value} <= "
+                             f"high={self.high} does not hold")
 
     def __float__(self) -> float:
         return float(self.value)

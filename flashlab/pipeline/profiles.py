@@ -8,7 +8,7 @@ from __future__ import annotations
 from flashlab.pipeline.params import (GiB, KiB, MiB, ComputeUnit, CoreModel, DataPath, Engine,
                                      HardwareProfile, MemoryLevel, Param)
 
-__all__ = ['FA1', 'A100_WP', 'A100_DS', 'H100_WP', 'H100_DS', 'SEED_002', 'CATLASS', 'INI_910B2', 'ASCENDC_ARCH', 'A100_40GB', 'A100_80GB', 'A100', 'H100', 'MEMORY_RATES', 'ASCEND_910B_CORE_MODEL', 'ASCEND_910B', 'ASCEND_910B_AI_CORE', 'PTX_ISA', 'CUDA_GUIDE', 'FA3', 'A100_SM', 'H100_SM', 'PROFILES', 'ASCEND_910B_CORES']
+__all__ = ['CITATIONS', 'citation', 'FA1', 'A100_WP', 'A100_DS', 'H100_WP', 'H100_DS', 'SEED_002', 'CATLASS', 'INI_910B2', 'ASCENDC_ARCH', 'A100_40GB', 'A100_80GB', 'A100', 'H100', 'MEMORY_RATES', 'ASCEND_910B_CORE_MODEL', 'ASCEND_910B', 'ASCEND_910B_AI_CORE', 'PTX_ISA', 'CUDA_GUIDE', 'FA3', 'A100_SM', 'H100_SM', 'PROFILES', 'ASCEND_910B_CORES']
 
 
 # --------------------------------------------------------------------------------------------
@@ -24,6 +24,15 @@ CATLASS = "Huawei catlass include/catlass/arch/arch.hpp, struct AtlasA2"
 INI_910B2 = "CANN platform_config/Ascend910B2.ini"
 ASCENDC_ARCH = ("CANN Ascend C documentation, AI Core architecture of Atlas A2 "
                 "(split AIC/AIV; data paths and their engines)")
+
+
+#: the bibliography key (book/references.bib) of each Ascend source above
+CITATIONS = {INI_910B2: "cann_platform_config", CATLASS: "catlass_arch", ASCENDC_ARCH: "ascendc_arch_doc"}
+
+
+def citation(param: Param) -> str | None:
+    """The bibliography key of the first source of :data:`CITATIONS` that ``param`` names, or None."""
+    return next((key for src, key in CITATIONS.items() if src in param.source), None)
 
 
 def _count(n: int, source: str) -> Param:
@@ -126,11 +135,14 @@ _AIC_PEAK = Param(_CUBE_MACS.value * 2 * _CUBE_FREQ.value, "FLOP/s",
 _CHIP_PEAK = Param(_N_AIC.value * _AIC_PEAK.value, "FLOP/s",
                    "24 AI Cores x 16^3 x 2 x 1.8 GHz ~ 354 TFLOPS fp16 (not published by Huawei)", "derived")
 _HBM_BW = Param(1.6e12, "B/s",
-                "no official figure found; community figures for 910B disagree (roughly 1.2-1.8 TB/s). "
-                "A model parameter: move it with with_hbm_bandwidth()", "assumption")
+                "no official figure found; community figures for 910B disagree (roughly 1.2-1.8 TB/s; "
+                "msmodeling's device.py: 1.6 TiB/s; ini ddr_rate=32 B/cycle x 24 x 1.85 GHz = 1.42 TB/s "
+                "if read per core). A model parameter: move it with with_hbm_bandwidth()", "assumption",
+                1.2e12, 1.8e12)
 # the share of one AI Core when all 24 stream at once
 _HBM_BW_CORE = Param(_HBM_BW.value / _N_AIC.value, "B/s",
-                     "the assumed chip HBM bandwidth / 24 AI Cores", "assumption")
+                     "the assumed chip HBM bandwidth / 24 AI Cores", "assumption",
+                     _HBM_BW.low / _N_AIC.value, _HBM_BW.high / _N_AIC.value)
 
 _L1 = Param(512 * KiB, "B", f"{CATLASS} L1_SIZE; {INI_910B2} l1_size=524288")
 _L0A = Param(64 * KiB, "B", f"{CATLASS} L0A_SIZE; {INI_910B2} l0_a_size=65536")
@@ -167,8 +179,9 @@ def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: 
             MemoryLevel("L0C", _L0C, n_aic, note="Cube accumulator (fp32)"),
             MemoryLevel("L1", _L1, n_aic, note="cube core staging buffer"),
             MemoryLevel("UB", _UB, n_aiv, note="Unified Buffer of each vector core"),
-            MemoryLevel("L2", _L2, _count(1, "one L2 per chip"), note="shared by all cores; not per core"),
-            MemoryLevel("GM", _GM, _count(1, "one HBM pool per chip"), _HBM_BW,
+            MemoryLevel("L2", _L2, _count(1, f"one L2 per chip: {ASCENDC_ARCH}"),
+                        note="shared by all cores; not per core"),
+            MemoryLevel("GM", _GM, _count(1, f"one HBM pool per chip: {ASCENDC_ARCH}"), _HBM_BW,
                         note="Global Memory = HBM; not per core"),
         ),
         compute=(
@@ -188,11 +201,15 @@ MEMORY_RATES = ("CANN platform configs [AICoreMemoryRates] (byte/cycle per core)
                 "CANN ops unit tests and third-party tooling tests")
 
 
-def _cycles(n: int, clock: Param, why: str) -> Param:
-    """A start latency of ``n`` cycles of ``clock``, in seconds (always an assumption)."""
+def _cycles(n: int, clock: Param, why: str, lo: int | None = None, hi: int | None = None) -> Param:
+    """A start latency of ``n`` cycles of ``clock``, in seconds (always an assumption; the range
+    considered, when given, is ``lo`` .. ``hi`` cycles)."""
     # t = n / f
-    return Param(n / clock.value, "s", f"assumed {n} cycles at {clock.value / 1e9:g} GHz: {why}",
-                 "assumption")
+    if lo is None or hi is None:
+        return Param(n / clock.value, "s", f"assumed {n} cycles at {clock.value / 1e9:g} GHz: {why}",
+                     "assumption")
+    return Param(n / clock.value, "s", f"assumed {n} cycles ({lo}-{hi} considered) at "
+                 f"{clock.value / 1e9:g} GHz: {why}", "assumption", lo / clock.value, hi / clock.value)
 
 
 _LAT_DMA = "issue, address set-up and the first GM round trip; no figure found"
@@ -201,34 +218,36 @@ _LAT_ON_CHIP = "issue and the set/wait flags that order it; no figure found"
 # hbm_bandwidth; MTE2 and MTE3 (HBM_ENGINES) stream at it, and with_hbm_bandwidth keeps them so
 _MTE2_RATE = Param(_HBM_BW_CORE.value, "B/s",
                    "hbm_bandwidth (1.6 TB/s, itself an assumption) / 24 AI Cores: one core's share "
-                   "when all 24 stream at once", "derived")
+                   "when all 24 stream at once", "derived", _HBM_BW_CORE.low, _HBM_BW_CORE.high)
 # the GM workspace (S, P, partial O) stays in the 192 MiB L2: 110 byte/cycle x 1.8 GHz
 _WORKSPACE_BW = Param(110 * _CUBE_FREQ.value, "B/s",
                       f"l2_rate=110 byte/cycle ({MEMORY_RATES}, for an Ascend910B1.ini; not "
-                      "checked against a CANN package) x 1.8 GHz", "assumption")
+                      "checked against a CANN package) x 1.8 GHz; 86 (l2_write_rate) to 256 "
+                      "(pypto's default) byte/cycle considered", "assumption",
+                      86 * _CUBE_FREQ.value, 256 * _CUBE_FREQ.value)
 
 ASCEND_910B_CORE_MODEL = CoreModel(
     exchange="gm",
-    load=Engine("MTE2", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA), "GM -> L1 on the cube core"),
+    load=Engine("MTE2", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA, 100, 1000), "GM -> L1 on the cube core"),
     l1_to_l0=Engine(
         "MTE1",
         # 256 byte/cycle x 1.8 GHz
         Param(256 * _CUBE_FREQ.value, "B/s",
               f"256 byte/cycle x 1.8 GHz: {MEMORY_RATES} give l1_to_l0_a_rate=512 and "
               "l1_to_l0_b_rate=256 for earlier Ascend chips; no 910B value found; the slower "
-              "one is used for both operands", "assumption"),
-        _cycles(20, _CUBE_FREQ, _LAT_ON_CHIP), "L1 -> L0A/L0B"),
+              "one is used for both operands", "assumption", 128 * _CUBE_FREQ.value, 512 * _CUBE_FREQ.value),
+        _cycles(20, _CUBE_FREQ, _LAT_ON_CHIP, 10, 100), "L1 -> L0A/L0B"),
     matmul=Engine(
         "CUBE",
         # 16*16*16 MAC/cycle x 1.8 GHz
         Param(_CUBE_MACS.value * _CUBE_FREQ.value, "MAC/s",
               f"16*16*16 MAC/cycle x 1.8 GHz ({INI_910B2} cube_m/n/k_size, cube_freq)", "derived"),
-        _cycles(20, _CUBE_FREQ, "filling the Cube's pipeline; no figure found"),
+        _cycles(20, _CUBE_FREQ, "filling the Cube's pipeline; no figure found", 10, 100),
         "one 16x16x16 fractal per cycle"),
     mma_m=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_m_size=16"),
     mma_n=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_n_size=16"),
     mma_k=Param(16, "elements", f"{INI_910B2} [AICoreSpec] cube_k_size=16 (fp16)"),
-    acc_out=Engine("FIXPIPE", _WORKSPACE_BW, _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP),
+    acc_out=Engine("FIXPIPE", _WORKSPACE_BW, _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP, 10, 100),
                    "L0C -> GM workspace; assumed limited by the workspace (L2) rate"),
     vector=Engine(
         "VECTOR",
@@ -236,12 +255,15 @@ ASCEND_910B_CORE_MODEL = CoreModel(
         Param(2 * 64 * _CUBE_FREQ.value, "element/s",
               "2 AIV x 64 fp32 operations/cycle x 1.8 GHz: one 256-byte vector repeat per cycle "
               "(ini [AICoreSpec] vec_calc_size=128 fp16 lanes); vector clock assumed equal to the "
-              "cube clock", "assumption"),
-        _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP),
+              "cube clock; half that issue rate to the full one considered", "assumption",
+              64 * _CUBE_FREQ.value, 2 * 64 * _CUBE_FREQ.value),
+        _cycles(50, _CUBE_FREQ, _LAT_ON_CHIP, 10, 100),
         "both vector cores together; each takes half of the rows"),
     exp_rate=Param(2 * 64 * _CUBE_FREQ.value, "exp/s",
-                   "assumed to issue at the full vector rate; no figure found", "assumption"),
-    store=Engine("MTE3", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA), "UB -> GM on the vector cores"),
+                   "assumed to issue at the full vector rate; no figure found (pypto's fitted cost "
+                   "model: TEXP about 32 elements/cycle per AIV, half of it: the low end considered)",
+                   "assumption", 2 * 32 * _CUBE_FREQ.value, 2 * 64 * _CUBE_FREQ.value),
+    store=Engine("MTE3", _MTE2_RATE, _cycles(200, _CUBE_FREQ, _LAT_DMA, 100, 1000), "UB -> GM on the vector cores"),
     vector_units=_count(2, f"2 vector cores (AIV) per AI Core: {ASCENDC_ARCH}"),
     buffers=(("L1", "L1"), ("L0A", "L0A"), ("L0B", "L0B"), ("L0C", "L0C"), ("UB", "UB")),
     workspace_bandwidth=_WORKSPACE_BW,
@@ -252,7 +274,7 @@ ASCEND_910B_CORE_MODEL = CoreModel(
 
 ASCEND_910B = _ascend("Huawei Ascend 910B (A2)", "chip", _N_AIC, _N_AIV, _CHIP_PEAK, _HBM_BW)
 ASCEND_910B_AI_CORE = _ascend("Ascend 910B AI Core", "core",
-                              _count(1, "one cube core (AIC) per AI Core"),
+                              _count(1, f"one cube core (AIC) per AI Core: {ASCENDC_ARCH}"),
                               _count(2, f"2 vector cores (AIV) per AI Core: {ASCENDC_ARCH}"),
                               _AIC_PEAK, _HBM_BW_CORE, ASCEND_910B_CORE_MODEL)
 
