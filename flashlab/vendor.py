@@ -40,7 +40,7 @@ __all__ = ["DATA_DIR", "ESTIMATES", "TOLERANCE", "Estimate", "VendorRow", "verdi
            "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
 #: where the committed benchmark runs live in the book's repository
-DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
+DATA_DIR = Path(__file__).resolve().parent / "data"  # flashlab/data: package data (flashlab.data)
 
 #: the four estimates, in table order, with their column headings
 ESTIMATES = {

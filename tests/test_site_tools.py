@@ -81,8 +81,11 @@ def test_element_probe_looks_for_animations_and_widget_views():
 def test_every_notebook_has_the_current_colab_cell():
     assert colab_cell.main(["--check"]) == 0
     src = colab_cell.cell_source()
-    url, branch = colab_cell.repository()
-    assert f"git+{url}@{branch}" in src and '"google.colab" in sys.modules' in src
+    url, _ = colab_cell.repository()
+    # a release tag matching the package's one version, never a moving branch such as @main
+    import flashlab
+    assert colab_cell.release_tag() == f"v{flashlab.__version__}"
+    assert f"git+{url}@v{flashlab.__version__}\"" in src and '"google.colab" in sys.modules' in src
 
 
 def test_colab_cell_check_catches_a_notebook_without_it(tmp_path):
