@@ -1,0 +1,409 @@
+"""The public kernel API: validate, convert once at the boundary, dispatch to the Numba kernels.
+
+Dtypes: float16 inputs are computed in float32 (the kernels are compiled for float32 and
+float64 only, which keeps Numba's compile time to two signatures); ``o`` comes back in the
+inputs' dtype and ``lse`` in the compute dtype: float64 for float64 inputs (so float64
+gradients reach float64 accuracy), float32 otherwise.
+
+:func:`forward_with_stats` and :func:`backward_with_tiles` run the kernels on a validated
+:class:`~flashlab.validation.Problem` and return what the public functions drop (the row max,
+the tiles computed); :mod:`flashlab.cann` and the tests build on them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flashlab.kernels.backward import flash_backward_kernel, sum_partials
+from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
+from flashlab.kernels.forward import flash_forward_kernel
+from flashlab.masks import kv_block_range
+# the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
+from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
+from flashlab.validation import (Problem, as_bool, contiguous, prepare, scan_kv,
+                                 scores_may_overflow)
+
+__all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
+           "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
+           "BACKWARD_BLOCK"]
+
+# placeholders passed for absent optional operands: the kernels have one signature per dtype
+_NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
+_NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
+
+
+def compute_dtype(dtype: np.dtype) -> type:
+    """Accumulation dtype for inputs of ``dtype``: float64 stays float64, the rest use float32."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _bias_operands(p: Problem, ct) -> tuple:
+    """The kernels' bias/ALiBi/dropout arguments, placeholders where absent."""
+    bias = (np.zeros((1, 1, 1, 1), dtype=ct) if p.bias is None
+            else contiguous(p.bias.astype(ct, copy=False)))
+    slopes = _NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes
+    return (bias, p.bias is not None, slopes, p.alibi_slopes is not None, p.alibi_offset,
+            p.alibi_sqrt)
+
+
+def _raise_on_overflow(p: Problem, overflow: np.ndarray, ct) -> None:
+    if overflow.any():
+        raise ValueError(
+            f"the attention scores scale * q k^T (+ bias) overflow {np.dtype(ct).name} "
+            f"(|score| > {np.finfo(ct).max:.3g}) for these inputs (scale={p.scale:g}, "
+            f"max |q|={np.abs(p.q).max():.3g}, max |k|={np.abs(p.k).max():.3g}); scale the "
+            f"inputs down{' or pass float64 inputs' if ct != np.float64 else ''}. (An overflowed "
+            f"score is not a masked one: no result is returned rather than a wrong one.)")
+
+
+def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Run the forward kernel on a validated problem.
+
+    Returns ``(o, lse, row_max, tiles_done)``: o (B, H, Sq, Dv), lse and row_max (B, H, Sq),
+    all in the compute dtype (row_max = the final running max, CANN's ``softmax_max``);
+    tiles_done (B * H * n_qblocks,) int64. Raises ``ValueError`` if a score overflows.
+    ``check_overflow``: test every tile (True), none (False, for tests that plant NaN on
+    purpose) or only when :func:`~flashlab.validation.scores_may_overflow` says so (None).
+    """
+    decode = uses_decode(p)
+    if not p.kv_scanned and not decode:
+        scan_kv(p)
+    if check_overflow is None:
+        # without k's scan (decode checks what it reads) there is no bound: check every tile
+        check_overflow = scores_may_overflow(p, compute_dtype(p.dtype)) if p.kv_scanned else True
+    B, H, _, Sq, _, _, Dv = p.shape
+    ct = compute_dtype(p.dtype)
+    q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
+    has_rope = p.q_rope is not None
+    if has_rope:
+        q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
+    else:
+        q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
+        k_rope = q_rope
+    mask = _NO_MASK if p.mask is None else p.mask
+    o = np.empty((B, H, Sq, Dv), dtype=ct)
+    lse = np.empty((B, H, Sq), dtype=ct)
+    row_max = np.empty((B, H, Sq), dtype=ct)
+    if decode:
+        tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
+        return o, lse, row_max, tiles
+    n_qb = -(-Sq // p.block_q)
+    tiles = np.zeros(B * H * n_qb, dtype=np.int64)
+    overflow = np.zeros(B * H * n_qb, dtype=np.int64)
+    flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
+                         *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
+                         p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
+                         bool(check_overflow), o, lse, row_max, tiles, overflow)
+    _raise_on_overflow(p, overflow, ct)
+    return o, lse, row_max, tiles
+
+
+def uses_decode(p: Problem) -> bool:
+    """Whether the forward of ``p`` runs the split-KV decode kernel (:mod:`flashlab.kernels.decode`).
+
+    Yes when the query is short (``Sq <= DECODE_MAX_SQ``), fits one q-block and there are no
+    RoPE operands: then the tiled forward would have one matrix-vector work item per head
+    and read each kv head's K and V once per query head of its group.
+    """
+    return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
+
+
+def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max
+                    ) -> np.ndarray:
+    """The split-KV forward into ``o``, ``lse``, ``row_max``; returns the tiles computed per
+    head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
+    B, H, Hkv, Sq, Sk, _, Dv = p.shape
+    group = H // Hkv
+    n_split = kv_splits(B, Hkv, -(-Sk // p.block_k))
+    part_m = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
+    part_l = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
+    part_acc = np.empty((B, Hkv, n_split, group * Sq, Dv), dtype=ct)
+    part_tiles = np.zeros((B, Hkv, n_split, group), dtype=np.int64)
+    overflow = np.zeros((B, Hkv, n_split), dtype=np.int64)
+    nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
+    flash_decode_kernel(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
+                        p.left, p.right, p.block_k, n_split, p.drop_threshold,
+                        np.uint64(p.seed), p.offset, check_overflow, part_m, part_l, part_acc,
+                        part_tiles, overflow, nonfinite)
+    if not p.kv_scanned:
+        # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
+        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN). Only then is
+        # the whole of K and V scanned, for the message; the key rows the band kept the kernel
+        # from reading are scanned here (none without causal/window).
+        if nonfinite.any() or not np.isfinite(part_acc).all():
+            scan_kv(p)
+        else:
+            kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
+            scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
+                    else (0, 0))
+    _raise_on_overflow(p, overflow, ct)
+    tiles = np.zeros(B * H, dtype=np.int64)
+    merge_splits(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
+    return tiles
+
+
+def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
+                    q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
+                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
+                    block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1]):
+    """Tiled FlashAttention forward (online softmax; nothing of size Sq x Sk is stored).
+
+    Parameters
+    ----------
+    q : (B, H, Sq, Dqk) float16/32/64
+    k : (B, Hkv, Sk, Dqk), same dtype; ``H % Hkv == 0`` (GQA; Hkv = 1 is MQA)
+    v : (B, Hkv, Sk, Dv); ``Dv`` may differ from ``Dqk`` (e.g. 192/128), no padding is done
+    scale : float, default ``1/sqrt(Dqk + Dr)``
+    causal : key ``j`` allowed iff ``j <= i`` (top-left aligned, as torch's ``is_causal``)
+    window : ``(left, right)``: key ``j`` allowed iff ``i - left <= j <= i + right``; a side
+        may be ``None`` (unbounded), negative, or any int (sides beyond the lengths are
+        clamped to them: ``sys.maxsize`` is unbounded)
+    mask : bool array broadcastable to (B, H, Sq, Sk), ``True`` = masked out (CANN
+        convention); read in its own shape (a key-padding mask (B, 1, 1, Sk) costs O(B Sk))
+    q_rope, k_rope : optional (B, H, Sq, Dr) and (B, Hr, Sk, Dr), ``H % Hr == 0``: their
+        product is accumulated into the same score tile as ``q k^T``
+    bias : float array broadcastable to (B, H, Sq, Sk), added after scaling:
+        ``S = scale (q k^T + q_rope k_rope^T) + bias``; ``-inf`` entries mask their score
+    alibi_slopes : (H,) or (B, H) float: adds the ALiBi bias ``-slope_h |j - i - alibi_offset|``
+        (``alibi_sqrt``: ``-slope_h sqrt|j - i - alibi_offset|``); ``alibi_offset`` defaults to
+        ``Sk - Sq`` (flash_attn's bottom-right alignment)
+    dropout_p : probability of dropping each entry of P (0 <= p < 1); the survivors are scaled
+        by ``1 / (1 - p)``. Entry (b, h, i, j) is dropped by a hash of ``seed`` and its
+        counter ``offset + ((b H + h) Sq + i) Sk + j`` (:mod:`flashlab.dropout`): the same
+        ``seed``/``offset`` give the same mask in every run and in the backward
+    block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
+        lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
+        512 x 256) were the fastest measured on this machine
+
+    Returns
+    -------
+    o : (B, H, Sq, Dv)
+        in q's dtype; a row with no allowed key gives ``o = 0``
+    lse : (B, H, Sq)
+        natural log, float64 for float64 inputs and float32 otherwise; ``-inf`` for a row with
+        no allowed key (dropout does not change it: it is the LSE of the undropped scores)
+
+    Raises
+    ------
+    TypeError
+        ``q``, ``k``, ``v`` (or ``q_rope``, ``k_rope``) not a numpy array, not float16/32/64,
+        or ``k``, ``v``, ``q_rope``, ``k_rope`` not of q's dtype; ``scale`` not a real number;
+        ``causal`` not a bool; a ``window`` side neither int nor None; ``mask`` not a numpy
+        array of dtype bool; ``bias`` not a float array; ``block_q``/``block_k``, ``seed``,
+        ``offset`` not an int (NumPy integers are accepted).
+    ValueError
+        an operand not 4-D or with an empty dim; ``k`` not (B, Hkv, Sk, Dqk) with q's B and
+        Dqk; ``H % Hkv != 0``; ``v`` not (B, Hkv, Sk, Dv) with k's B, Hkv, Sk; only one of
+        ``q_rope``/``k_rope`` given, or their shapes not (B, H, Sq, Dr) / (B, Hr, Sk, Dr) with
+        ``H % Hr == 0``; NaN or inf in an operand; ``scale`` not finite or not finite in the
+        compute dtype; ``window`` not a pair; ``mask``/``bias`` not broadcastable to
+        (B, H, Sq, Sk); ``bias`` with NaN or ``+inf``; ``block_q`` or ``block_k`` < 1;
+        ``dropout_p`` outside [0, 1); the scores overflowing the compute dtype (an overflow is
+        never reported as a masked row). Every message names the argument and the expected
+        shape or value.
+
+    Notes
+    -----
+    Tiles that ``causal``/``window`` mask completely are never computed (see
+    :mod:`flashlab.kernels.forward`); with a dense ``mask`` a tile it masks completely is
+    skipped after its mask is read.
+    """
+    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
+                q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
+                alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
+                seed=seed, offset=offset, block_q=block_q, block_k=block_k,
+                # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
+                # kernel as it reads them
+                scan_kv=False)
+    o, lse, _, _ = forward_with_stats(p)
+    return o.astype(p.dtype, copy=False), lse
+
+
+def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
+                   **options) -> np.ndarray:
+    """Number of (q-block, kv-block) tiles the forward kernel computes, per (B, H, q-block).
+
+    Same arguments and defaults as :func:`flash_attention` (tiles
+    :data:`~flashlab.tiling.FORWARD_BLOCK` unless ``block_q``/``block_k`` are given), same
+    errors; returns an int64 array (B, H, n_qblocks). Used by the tests and the masks chapter
+    to show that skipped tiles are really never computed.
+    """
+    p = prepare(q, k, v, block_q=block_q, block_k=block_k, **options)
+    tiles = forward_with_stats(p)[3]
+    B, H = p.q.shape[:2]
+    return tiles.reshape(B, H, -1)
+
+
+def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
+
+    Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
+    (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    """
+    B, H, _, Sq, _, _, Dv = p.shape
+    expected = (B, H, Sq, Dv)
+    for name, x in (("do", do), ("o", o)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
+                            f"got {type(x).__name__}")
+        if x.shape != expected:
+            raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
+        if x.dtype != p.dtype:
+            raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf; it must be finite")
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
+                        f"got {type(lse).__name__}")
+    if lse.shape != (B, H, Sq):
+        raise ValueError(f"lse must have shape (B, H, Sq) = {(B, H, Sq)}; got {lse.shape}")
+    if lse.dtype not in (np.float32, np.float64):
+        raise TypeError(f"lse must be float32 or float64 (as flash_attention returns it); got {lse.dtype}")
+    if np.isnan(lse).any() or (lse == np.inf).any():
+        raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
+    # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
+    return tuple(contiguous(x) for x in (do, o, lse))
+
+
+def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
+    """(B, H, n, Sqb, Skb) per-work-item dS sums -> the bias's (Bb, Hb, Sqb, Skb), fixed order."""
+    total = part.sum(axis=2)
+    for axis in (0, 1):
+        if bias_shape[axis] == 1:
+            total = total.sum(axis=axis, keepdims=True)
+    return total
+
+
+def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
+                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Run the backward kernels on a validated problem.
+
+    Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
+    the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
+    ``tiles_done`` (B * H * n_qblocks,) int64, tiles visited per q-block (the tests check
+    that it equals the forward's). Raises ``ValueError`` if a recomputed score overflows.
+    """
+    B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
+    ct = compute_dtype(p.dtype)
+    do, o, lse = _backward_operands(p, do, o, lse)
+    q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
+    has_rope = p.q_rope is not None
+    if has_rope:
+        q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
+        Hr, Dr = k_rope.shape[1], p.d_rope
+    else:
+        q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
+        k_rope = q_rope
+        Hr, Dr = 1, 1
+    mask = _NO_MASK if p.mask is None else p.mask
+    n_qb = -(-Sq // p.block_q)
+    n_split = q_splits(B, H, n_qb)
+
+    def grad_and_partial(heads: int, dim: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        # grad (B, heads, Sk, dim), the kernel's per-work-item partial (B, H, n_split, Sk, dim)
+        # and whether partials must be summed; with one query head per output head and one
+        # chunk the partial IS the gradient (a reshaped view: no extra memory, no sum)
+        grad = np.zeros((B, heads, Sk, dim), dtype=ct)
+        if heads == H and n_split == 1:
+            return grad, grad.reshape(B, H, 1, Sk, dim), False
+        return grad, np.zeros((B, H, n_split, Sk, dim), dtype=ct), True
+
+    dk, dk_part, dk_sum = grad_and_partial(Hkv, Dqk)
+    dv, dv_part, dv_sum = grad_and_partial(Hkv, Dv)
+    if has_rope:
+        dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
+    else:
+        dk_rope, dkr_part, dkr_sum = None, np.zeros((1, 1, 1, 1, 1), dtype=ct), False
+    want_dbias = bool(want_dbias) and p.bias is not None
+    if want_dbias:
+        # one dS sum per work item where the bias broadcasts over the rows (they share it),
+        # else one per (b, h): each row of dbias is then written by its own work item only
+        Sqb, Skb = p.bias.shape[2:]
+        dbias_part = np.zeros((B, H, n_split if Sqb == 1 else 1, Sqb, Skb), dtype=ct)
+    else:
+        dbias_part = np.zeros((1, 1, 1, 1, 1), dtype=ct)
+    dq = np.empty((B, H, Sq, Dqk), dtype=ct)
+    dq_rope = np.zeros((B, H, Sq, Dr) if has_rope else (1, 1, 1, 1), dtype=ct)
+    tiles = np.zeros(B * H * n_qb, dtype=np.int64)
+    overflow = np.zeros(B * H * n_qb, dtype=np.int64)
+    flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
+                          *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
+                          p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
+                          scores_may_overflow(p, ct), n_split, dq, dk_part, dv_part, dq_rope,
+                          dkr_part, dbias_part, want_dbias, tiles, overflow)
+    _raise_on_overflow(p, overflow, ct)
+    # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
+    for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),
+                                  (dk_rope, dkr_part, dkr_sum)):
+        if needs_sum:
+            sum_partials(part, grad)
+    grads = (dq, dk, dv) + ((dq_rope, dk_rope) if has_rope else ())
+    if want_dbias:
+        grads += (_reduce_dbias(dbias_part, p.bias.shape),)
+    return grads, tiles
+
+
+def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,
+                             mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
+                             alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0,
+                             offset=0, return_dbias=False, block_q=BACKWARD_BLOCK[0],
+                             block_k=BACKWARD_BLOCK[1]):
+    """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
+
+    Parameters
+    ----------
+    do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
+    q, k, v, scale, causal, window, mask, q_rope, k_rope, bias, alibi_slopes, alibi_offset, \
+alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
+        and they must be the ones the forward was called with (dropout: the same seed and
+        offset recompute the same mask)
+    return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
+    block_q, block_k : the backward's tile sizes (any ints >= 1; default
+        :data:`~flashlab.tiling.BACKWARD_BLOCK`, 512 x 256), independent of the forward's
+    o : (B, H, Sq, Dv)
+        the forward's output, q's dtype
+    lse : (B, H, Sq)
+        the forward's LSE, float32 or float64. The backward's accuracy is bounded by
+        ``lse``'s: pass the float64 ``lse`` that the forward returns for float64 inputs.
+
+    Returns
+    -------
+    grads : tuple
+        ``(dq, dk, dv)``, or ``(dq, dk, dv, dq_rope, dk_rope)`` when the rope operands are
+        given, then ``dbias`` with ``return_dbias``, in the inputs' dtype with the shapes of
+        q, k, v, q_rope, k_rope (dbias: bias's dtype and shape). dk, dv are summed over the
+        query heads sharing each kv head (GQA) and dk_rope over those sharing each k_rope
+        head; dbias over the axes the bias broadcasts. Rows with no allowed key
+        (``lse = -inf``) contribute nothing; a row with one allowed key gives exactly zero
+        dq (its softmax has zero derivative).
+
+    Raises
+    ------
+    TypeError
+        as :func:`flash_attention` for ``q``, ``k``, ``v`` and the options; ``do``, ``o`` or
+        ``lse`` not a numpy array; ``do`` or ``o`` not of q's dtype; ``lse`` not float32 or
+        float64.
+    ValueError
+        as :func:`flash_attention` for ``q``, ``k``, ``v`` and the options; ``do`` or ``o``
+        not of shape (B, H, Sq, Dv), or not finite; ``lse`` not of shape (B, H, Sq), or
+        holding NaN or ``+inf``; ``return_dbias`` without ``bias``. Every message names the
+        argument and the expected shape or value.
+
+    Notes
+    -----
+    Deterministic: the same bits on every run and for any Numba thread count (see
+    :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
+    the forward. float16 inputs are computed in float32.
+    """
+    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
+                q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
+                alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
+                seed=seed, offset=offset, block_q=block_q, block_k=block_k)
+    return_dbias = as_bool("return_dbias", return_dbias)
+    if return_dbias and bias is None:
+        raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
+    grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
+    out = tuple(g.astype(p.dtype, copy=False) for g in grads)
+    if return_dbias:
+        out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)
+    return out

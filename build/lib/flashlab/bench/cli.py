@@ -1,0 +1,92 @@
+"""Benchmarks: ``python -m flashlab.bench`` (``make bench``; ``make bench-quick`` for a subset).
+
+The command line: :func:`main` (``--help`` lists the options).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from flashlab.bench.ceiling import ceiling_lines, ceiling_run
+from flashlab.bench.config import FULL, QUICK
+from flashlab.bench.measure import run_worker
+from flashlab.bench.report import save_results, to_markdown
+from flashlab.bench.suite import run_suite
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flashlab.bench",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="the make bench-quick subset: N 1024 and 2048, memory at 1024 (< 2 min)")
+    ap.add_argument("--sizes", type=int, nargs="+", help="attention N values")
+    ap.add_argument("--repeats", type=int, help="timed calls per case after the warm-up")
+    ap.add_argument("--naive-max-n", type=int, help="skip numpy naive above this N "
+                    "(N=16384 needs 8+ GB)")
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch SDPA baseline")
+    ap.add_argument("--no-mla", action="store_true", help="skip the MLA section")
+    ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
+                    "and flashlab and torch SDPA at the concatenated 192/128)")
+    ap.add_argument("--decode-only", action="store_true", help="only the decode section "
+                    "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
+    ap.add_argument("--decode-sizes", type=int, nargs="+", help="decode Sk values")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the backward's BLAS "
+                    "ceiling (bench.ceiling_run: the backward, its five products alone and torch's "
+                    "backward at the backward targets' problems), into OUT/ceiling.json")
+    ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
+                    "bench-results/quick with --quick, so a quick run never overwrites a full one)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        run_worker(args.worker)
+        return 0
+    out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
+    if args.ceiling_only and (args.mla_only or args.decode_only or args.sizes):
+        ap.error("--ceiling-only runs its own problems: it excludes --mla-only, --decode-only "
+                 "and --sizes")
+    if args.ceiling_only:
+        run = ceiling_run(rounds=args.repeats or 5)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ceiling.json").write_text(json.dumps(run, indent=1) + "\n")
+        print("\n".join(ceiling_lines(run)))
+        print(f"wrote {out / 'ceiling.json'}", file=sys.stderr)
+        return 0
+    config = QUICK if args.quick else FULL
+    changes: dict[str, Any] = {}
+    if args.sizes:
+        changes["sizes"] = tuple(args.sizes)
+    if args.repeats:
+        changes["repeats"] = args.repeats
+    if args.naive_max_n:
+        changes["naive_max_n"] = args.naive_max_n
+    if args.no_torch:
+        changes["baselines"] = ("numpy_naive",)
+    if args.no_mla and args.mla_only:
+        ap.error("--no-mla and --mla-only exclude each other")
+    if args.no_mla:
+        changes["mla_sizes"] = ()
+    if args.mla_only:
+        changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False,
+                       pipeline_explorer=False, decode_sizes=())
+    if args.decode_only and (args.no_decode or args.mla_only):
+        ap.error("--decode-only excludes --no-decode and --mla-only")
+    if args.decode_only:
+        changes.update(sizes=(), mla_sizes=(), first_call=None, simulator_tasks=None,
+                       tile_explorer=False, pipeline_explorer=False)
+    if args.no_decode:
+        changes["decode_sizes"] = ()
+    if args.decode_sizes:
+        changes["decode_sizes"] = tuple(args.decode_sizes)
+    config = replace(config, **changes)
+    result = run_suite(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    json_path, md_path = save_results(result, out)
+    print(to_markdown(result))
+    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    return 0

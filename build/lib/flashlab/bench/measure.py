@@ -1,0 +1,210 @@
+"""Measurements of one case or of the machine. Memory: :func:`available_bytes`,
+:func:`peak_extra_memory`, :func:`measure_memory` and :func:`measure_fresh` (a fresh process per
+case, through ``python -m flashlab.bench --worker``). Timing: :func:`time_interleaved` (the
+implementations of a shape in turn), :func:`matmul_gflops` (the practical peak) and
+:func:`numba_first_call`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from flashlab.bench.config import Case
+from flashlab.bench.runners import Runner, make_runner
+from flashlab.bench.runners import call_seconds as _seconds
+
+__all__ = ["available_bytes", "peak_extra_memory", "measure_memory", "CaseFailed", "measure_fresh",
+           "run_worker", "time_interleaved", "matmul_gflops", "numba_first_call"]
+
+
+def _status_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field_name} not in /proc/self/status")
+
+
+def available_bytes() -> int:
+    """MemAvailable of /proc/meminfo, in bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("MemAvailable not in /proc/meminfo")
+
+
+def _nbytes(x) -> int:
+    """Bytes of a numpy array or a torch tensor."""
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    return x.numel() * x.element_size()
+
+
+def peak_extra_memory(step: Callable[[], tuple]) -> dict:
+    """Call ``step`` once; return ``{"peak_extra_bytes", "output_bytes", "workspace_bytes"}``.
+
+    peak extra = VmHWM after the call - VmRSS before it (the high-water mark is reset just
+    before the call); output = the bytes of the arrays ``step`` returns; workspace = peak extra
+    - output (at least 0). Meaningful in a process whose kernels are already loaded.
+    """
+    rss_before = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    outputs = step()
+    extra = (_status_kib("VmHWM") - rss_before) * 1024
+    out_bytes = sum(_nbytes(x) for x in outputs)
+    del outputs
+    return {"peak_extra_bytes": extra, "output_bytes": out_bytes,
+            "workspace_bytes": max(0, extra - out_bytes)}
+
+
+def measure_memory(case: Case) -> dict:
+    """First-call latency and peak extra memory of ``case``, measured in this process, which
+    should be fresh (:func:`measure_fresh`).
+
+    Returns ``{"first_call_seconds", "peak_extra_bytes", "output_bytes", "workspace_bytes"}``:
+    the seconds of a tiny first call (Numba's cache load, torch's start-up), then
+    :func:`peak_extra_memory` of one full-size ``step``.
+    """
+    # (32 rows: above DECODE_MAX_SQ, so the tiny call loads the kernel the full call runs)
+    tiny = replace(case, n=min(case.n, 32), batch=1, heads=1)
+    out = {"first_call_seconds": _seconds(make_runner(tiny).step)}
+    out.update(peak_extra_memory(make_runner(case).step))
+    return out
+
+
+class CaseFailed(RuntimeError):
+    """A worker process failed (crashed, was killed, or timed out)."""
+
+
+def measure_fresh(case: Case, *, timeout: float = 3600.0, env: dict | None = None) -> dict:
+    """:func:`measure_memory` in a fresh Python process.
+
+    Raises :class:`CaseFailed` with the reason if the process fails.
+    """
+    cmd = [sys.executable, "-m", "flashlab.bench", "--worker", json.dumps(asdict(case))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise CaseFailed(f"worker timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        why = (f"killed by signal {-proc.returncode}" + (" (out of memory?)" if proc.returncode == -9
+                                                        else "")
+               if proc.returncode < 0 else f"exit status {proc.returncode}")
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise CaseFailed(f"worker {why}: {tail}".rstrip(": "))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_worker(case_json: str) -> None:
+    """Entry point of :func:`measure_fresh`'s process: print the measurement as JSON."""
+    print(json.dumps(measure_memory(Case.from_dict(json.loads(case_json)))))
+
+
+def _matmul_operands(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return tuple(rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+
+
+def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: float = 30.0,
+                     matmul_n: int = 4096, settle_seconds: float = 0.0
+                     ) -> tuple[dict[Case, dict], dict]:
+    """Time ``cases`` (one shape, several implementations) together in this process.
+
+    Every case, and numpy's float32 ``(matmul_n)^2`` matmul, gets one warm-up call; then
+    rounds in which each case is timed once, in turn, followed by the matmul: up to
+    ``repeats`` rounds, none once the cases' timed calls add up to ``max_timed_seconds`` per
+    case (at least one round). Interleaved this way, a change of load on a shared machine
+    hits every implementation and the matmul alike, so their ratios stay meaningful.
+
+    ``settle_seconds``: an untimed pause before every timed call. A call pays for what the
+    call before it left behind: right after numpy naive's N=8192 forward (GBs allocated and
+    returned to the OS), flashlab's causal forward took 0.98-1.07 s against 0.94-0.98 s
+    three seconds later (three rounds), its non-causal forward +1-3 %: about the same absolute
+    cost, so it inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
+
+    Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
+    the second the matmul's; a case that raised ``MemoryError`` gets ``{"error": reason}``.
+    """
+    out: dict[Case, dict] = {}
+    runners: dict[Case, Runner] = {}
+    for c in cases:
+        try:
+            runners[c] = make_runner(c)
+            runners[c].once()  # warm-up
+        except MemoryError as e:
+            runners.pop(c, None)
+            out[c] = {"error": f"MemoryError: {e}"}
+    a, b = _matmul_operands(matmul_n)
+    a @ b
+    times: dict[Case, list[float]] = {c: [] for c in runners}
+    matmul_times: list[float] = []
+    while len(matmul_times) < repeats and (
+            not matmul_times or sum(map(sum, times.values())) < max_timed_seconds * len(times)):
+        for c in list(runners):
+            time.sleep(settle_seconds)
+            try:
+                times[c].append(runners[c].once())
+            except MemoryError as e:
+                del runners[c], times[c]
+                out[c] = {"error": f"MemoryError: {e}"}
+        time.sleep(settle_seconds)
+        matmul_times.append(_seconds(lambda: a @ b))
+    out.update({c: {"seconds": statistics.median(t), "times": t} for c, t in times.items()})
+    t = statistics.median(matmul_times)
+    return out, {"n": matmul_n, "seconds": t, "gflops": 2.0 * matmul_n ** 3 / t / 1e9}
+
+
+def matmul_gflops(n: int = 4096, repeats: int = 3) -> dict:
+    """numpy float32 ``(n x n) @ (n x n)``: median seconds after a warm-up, and GFLOP/s
+    (``2 n^3`` FLOPs): the machine's practical peak for the kernels' matmuls."""
+    a, b = _matmul_operands(n)
+    a @ b
+    t = statistics.median(_seconds(lambda: a @ b) for _ in range(repeats))
+    return {"n": n, "seconds": t, "gflops": 2.0 * n ** 3 / t / 1e9}
+
+
+_FIRST_CALL_CODE = """
+import json, time
+t0 = time.perf_counter(); import flashlab; from flashlab.bench import make_inputs
+t1 = time.perf_counter()
+q, k, v = make_inputs(32, heads=1)
+o, lse = flashlab.flash_attention(q, k, v); t2 = time.perf_counter()
+flashlab.flash_attention_backward(v, q, k, v, o, lse); t3 = time.perf_counter()
+flashlab.flash_attention(q[:, :, :1], k, v); t4 = time.perf_counter()
+print(json.dumps({"import_seconds": t1 - t0, "forward_seconds": t2 - t1,
+                  "backward_seconds": t3 - t2, "decode_seconds": t4 - t3}))
+"""
+
+
+def numba_first_call(compile: bool = True) -> dict:
+    """Seconds of the first forward and backward call in a fresh process.
+
+    ``{"cache_load": {...}, "compile": {...} or None}``, each ``{"import_seconds",
+    "forward_seconds", "backward_seconds", "decode_seconds"}`` (the tiled forward at N=32,
+    its backward, then a one-row query: the decode kernel). With ``compile``: a process with an empty
+    ``NUMBA_CACHE_DIR`` compiles (and fills it), a second one loads from it. Without: two
+    processes on the default cache, the second one's times (the first may recompile stale
+    entries).
+    """
+    def run(env):
+        proc = subprocess.run([sys.executable, "-c", _FIRST_CALL_CODE], capture_output=True,
+                              text=True, env=env, check=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    if not compile:
+        run(None)
+        return {"cache_load": run(None), "compile": None}
+    with tempfile.TemporaryDirectory(prefix="flashlab-numba-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        compiled = run(env)
+        return {"cache_load": run(env), "compile": compiled}

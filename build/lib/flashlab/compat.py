@@ -1,0 +1,451 @@
+r"""flash-attention's interface, ``flash_attn_func`` and ``flash_attn_varlen_func``, on numpy arrays.
+
+A flash_attn user's code keeps its arguments and conventions; flashlab's kernels run underneath.
+
+**Layout.** flash_attn puts the sequence before the heads: ``q`` is ``(batch, seqlen_q, nheads,
+headdim)`` (varlen: ``(total_q, nheads, headdim)``); flashlab's kernels read ``(B, H, S, D)``.
+``k``/``v`` may have fewer heads than ``q`` (MQA/GQA: query head ``h`` reads kv head
+``h // (nheads / nheads_k)``) and ``v``'s head dim may differ from ``q``/``k``'s (e.g. 192/128).
+
+**Masks, bottom-right aligned.** flash_attn places the last query on the last key: query ``i``
+sits at key position ``i + Sk - Sq``, so with ``window_size = (wl, wr)``
+
+$$
+i + S_k - S_q - w_l \;\le\; j \;\le\; i + S_k - S_q + w_r ,
+$$
+
+``-1`` meaning that side is unbounded, and ``causal=True`` setting ``w_r = 0``. flashlab's band
+is top-left aligned (:mod:`flashlab.masks`: ``i - left <= j <= i + right``), so
+:func:`band_from_window` shifts each side by ``Sk - Sq``. For ``Sq = 2, Sk = 5`` causal keeps
+``[[1 1 1 1 0], [1 1 1 1 1]]``; for ``Sq = 5, Sk = 2`` the first three rows keep no key and
+give ``out = 0``.
+
+**Returns.** ``out`` alone, or with ``return_attn_probs=True`` the triple
+``(out, softmax_lse, attn_probs)`` as flash_attn returns it, or with flashlab's
+``return_lse=True`` the pair ``(out, softmax_lse)`` (no ``Sq x Sk`` array is formed).
+
+* ``softmax_lse``: ``(B, H, Sq)`` (varlen ``(H, total_q)``), natural-log
+  ``log sum_j exp(scale * q_i . k_j + bias_ij)`` over the allowed keys, float32 (float64
+  where flashlab's kernels return it for float64 inputs). A row with no allowed key has
+  ``-inf`` (flash_attn's CUDA kernel stores ``+inf`` there; both make the backward's
+  ``exp(s - lse)`` zero, ``-inf`` is the log of an empty sum).
+* ``attn_probs``: the softmax probabilities ``P`` (before dropout, not divided by
+  ``1 - dropout_p``), ``(B, H, Sq, Sk)`` in ``q``'s dtype (varlen:
+  ``(batch, H, max_seqlen_q, max_seqlen_k)``, each sequence's ``P`` in its top-left corner,
+  zeros elsewhere), computed by the float64 reference. With ``dropout_p > 0`` a dropped
+  entry is stored negated (flash_attn's ``S_dmask`` encoding: negative = dropped); a masked
+  entry is 0 either way. flash_attn's ``S_dmask`` is for testing only, padded to multiples of
+  128 and empty when ``dropout_p == 0``; this one is exact and always filled, and costs
+  ``Sq x Sk`` memory.
+
+**Backward.** :func:`flash_attn_func_backward` and :func:`flash_attn_varlen_func_backward`
+take the forward's arguments plus ``dout``, ``out`` and ``softmax_lse`` and return
+``(dq, dk, dv)`` in the layouts of ``q``, ``k``, ``v`` (flash_attn's ``_flash_attn_backward``,
+without its in-place outputs). flashlab's backward is always deterministic, so
+``deterministic`` is accepted and changes nothing.
+
+**Dropout** follows :mod:`flashlab.dropout`: the keep mask is a function of ``(seed, offset,
+position)``, so the backward recomputes it from the same ``seed``; pass a fresh ``seed`` per
+step (flash_attn draws it from torch's generator, ``flashlab.torch_attention`` does the
+same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
+``offset = sum over earlier sequences of H * sq * sk``, so no two sequences share counters.
+**ALiBi** adds ``-slope_h * |i + Sk - Sq - j|`` to the scores (``alibi_slopes`` ``(H,)`` or
+``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
+
+Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashlab.api import flash_attention, flash_attention_backward
+from flashlab.arguments import as_bool, as_int, as_real
+from flashlab.validation import FLOAT_DTYPES
+from flashlab.dropout import keep_mask
+from flashlab.reference import attention_reference
+
+__all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
+           "flash_attn_varlen_func_backward", "band_from_window"]
+
+
+# ------------------------------------------------------------------------------ the mask
+def band_from_window(sq: int, sk: int, causal: bool = False,
+                     window_size: tuple[int, int] = (-1, -1)) -> tuple[int | None, int | None]:
+    """flash_attn's bottom-right ``(causal, window_size)`` as flashlab's top-left ``window``.
+
+    Key ``j`` is allowed for query ``i`` iff ``i + sk - sq - wl <= j <= i + sk - sq + wr``
+    (``-1`` = unbounded, ``causal`` sets ``wr = 0``), i.e. ``i - left <= j <= i + right`` with
+    ``left = wl - (sk - sq)`` and ``right = wr + (sk - sq)``. A side no row can reach is
+    returned as ``None`` (unbounded), which keeps huge window sizes exact and small.
+
+    >>> band_from_window(2, 5, causal=True)
+    (None, 3)
+    >>> band_from_window(5, 2, causal=True)
+    (None, -3)
+    """
+    wl, wr = window_size
+    if causal:
+        wr = 0
+    shift = sk - sq                     # query i sits at key position i + shift
+    left = None if wl == -1 else wl - shift
+    right = None if wr == -1 else wr + shift
+    # j >= i - left holds for every j >= 0 and row i <= sq - 1 once left >= sq - 1;
+    # j <= i + right holds for every j <= sk - 1 and row i >= 0 once right >= sk - 1
+    if left is not None and left >= sq - 1:
+        left = None
+    if right is not None and right >= sk - 1:
+        right = None
+    return left, right
+
+
+# ------------------------------------------------------------------------------ checks
+def _array(name: str, x, ndim: int, shape: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape}; got {type(x).__name__}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got shape {x.shape}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64; got dtype {x.dtype}")
+    return x
+
+
+def _same_dtype(q: np.ndarray, **others: np.ndarray) -> None:
+    for name, x in others.items():
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}; got {x.dtype}")
+
+
+def _heads(q_heads: int, k_heads: int) -> None:
+    if q_heads % k_heads != 0:
+        raise ValueError(f"k must have a head count nheads_k dividing q's nheads={q_heads} "
+                         f"(MQA/GQA); got nheads_k={k_heads}")
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The checked keyword arguments shared by every entry point."""
+
+    dropout_p: float
+    scale: float | None
+    causal: bool
+    window_size: tuple[int, int]
+    alibi_slopes: np.ndarray | None
+    seed: int
+
+    def kernel_kwargs(self, sq: int, sk: int, slopes: np.ndarray | None, offset: int) -> dict:
+        """Keywords of flashlab's kernels and reference for one ``(sq, sk)`` problem.
+
+        The one place dropout and ALiBi reach the kernels.
+        """
+        kw = {"scale": self.scale, "window": band_from_window(sq, sk, self.causal, self.window_size)}
+        if self.dropout_p > 0:
+            kw.update(dropout_p=self.dropout_p, seed=self.seed, offset=offset)
+        if slopes is not None:
+            # flashlab's default alibi_offset = sk - sq is flash_attn's bottom-right alignment:
+            # bias_ij = -slope * |i + sk - sq - j|
+            kw["alibi_slopes"] = slopes
+        return kw
+
+
+def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+             seed, batch: int, heads: int) -> _Options:
+    dropout_p = as_real("dropout_p", dropout_p, lo=0.0, hi=1.0, hi_open=True,
+                        what="a float in [0, 1)")
+    if softmax_scale is not None:
+        softmax_scale = as_real("softmax_scale", softmax_scale, what="a real number or None")
+    causal = as_bool("causal", causal)
+    as_bool("deterministic", deterministic)
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right) of ints; got {window_size!r}")
+    window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
+                        for side, w in zip(("left", "right"), window_size))
+    softcap = as_real("softcap", softcap, what="a float (0.0 = off)")
+    if softcap != 0:
+        raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
+    seed = as_int("seed", seed, lo=0, hi=2**64 - 1, what="an int in [0, 2**64)")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype not in (np.float32, np.float64):
+            raise TypeError(f"alibi_slopes must be a float32/float64 numpy array of shape (nheads,) = "
+                            f"({heads},) or (batch_size, nheads) = ({batch}, {heads}); got {alibi_slopes!r}")
+        if alibi_slopes.shape not in ((heads,), (batch, heads)):
+            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or "
+                             f"(batch_size, nheads) = ({batch}, {heads}); got {alibi_slopes.shape}")
+        if not np.isfinite(alibi_slopes).all():
+            raise ValueError("alibi_slopes must be finite")
+    return _Options(float(dropout_p), None if softmax_scale is None else float(softmax_scale),
+                    bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed))
+
+
+def _slopes_of(opts: _Options, b: slice) -> np.ndarray | None:
+    """ALiBi slopes for the batch rows ``b``: (H,) as given, or (len(b), H) rows of (B, H)."""
+    s = opts.alibi_slopes
+    return s if s is None or s.ndim == 1 else s[b]
+
+
+def _check_padded(q, k, v) -> tuple[int, int, int, int, int, int]:
+    """Check q, k, v in flash_attn's (batch, seqlen, nheads, headdim); returns (B, Sq, Sk, H, Hkv, Dv)."""
+    q = _array("q", q, 4, "(batch_size, seqlen_q, nheads, headdim)")
+    k = _array("k", k, 4, "(batch_size, seqlen_k, nheads_k, headdim)")
+    v = _array("v", v, 4, "(batch_size, seqlen_k, nheads_k, headdim_v)")
+    _same_dtype(q, k=k, v=v)
+    B, Sq, H, D = q.shape
+    if min(q.shape) < 1:
+        raise ValueError(f"q must have every dim >= 1 in (batch_size, seqlen_q, nheads, headdim); got {q.shape}")
+    if k.shape[0] != B or k.shape[3] != D or min(k.shape) < 1:
+        raise ValueError(f"k must have shape (batch_size, seqlen_k, nheads_k, headdim) = ({B}, Sk, Hkv, {D}) "
+                         f"with Sk, Hkv >= 1; got {k.shape}")
+    _heads(H, k.shape[2])
+    if v.shape[:3] != k.shape[:3] or v.shape[3] < 1:
+        raise ValueError(f"v must have shape (batch_size, seqlen_k, nheads_k, headdim_v) = "
+                         f"{k.shape[:3] + ('Dv',)}; got {v.shape}")
+    return B, Sq, k.shape[1], H, k.shape[2], v.shape[3]
+
+
+def _bhsd(x: np.ndarray) -> np.ndarray:
+    """flash_attn's (B, S, H, D) -> flashlab's (B, H, S, D) (a view; the kernels copy once)."""
+    return x.transpose(0, 2, 1, 3)
+
+
+def _bshd(x: np.ndarray) -> np.ndarray:
+    """flashlab's (B, H, S, D) -> flash_attn's (B, S, H, D), contiguous."""
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+
+
+def _probs(q, k, v, opts: _Options, slopes, offset: int) -> np.ndarray:
+    """``P`` (B, H, Sq, Sk) of (B, H, S, D) operands in q's dtype; dropped entries negated."""
+    kw = opts.kernel_kwargs(q.shape[2], k.shape[2], slopes, offset)
+    seed, p_drop = kw.pop("seed", 0), kw.pop("dropout_p", 0.0)
+    kw.pop("offset", None)
+    _, _, p = attention_reference(q, k, v, return_probs=True, **kw)   # before dropout
+    if p_drop > 0:
+        p = np.where(keep_mask(p.shape, p_drop, seed, offset), p, -p)
+    return p.astype(q.dtype)
+
+
+# ------------------------------------------------------------------------------ padded
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                    *, return_lse=False, seed=0):
+    """flash_attn's ``flash_attn_func`` (same positional order, flash-attn 2.6+) on numpy arrays.
+
+    Parameters
+    ----------
+    q : (batch_size, seqlen_q, nheads, headdim) float16/32/64
+    k : (batch_size, seqlen_k, nheads_k, headdim), q's dtype, ``nheads % nheads_k == 0``
+    v : (batch_size, seqlen_k, nheads_k, headdim_v), q's dtype
+    dropout_p : drop probability in [0, 1) (0.0 at evaluation)
+    softmax_scale : multiplies ``q k^T``; default ``1 / sqrt(headdim)``
+    causal : bottom-right aligned causal mask (module docstring)
+    window_size : ``(left, right)``, ints >= -1, -1 = unbounded, bottom-right aligned
+    softcap : must be 0.0
+    alibi_slopes : (nheads,) or (batch_size, nheads), bias ``-slope * |i + Sk - Sq - j|``
+    deterministic : accepted; flashlab's backward is always deterministic
+    return_attn_probs : also return ``softmax_lse`` and ``attn_probs`` (module docstring)
+    return_lse : also return ``softmax_lse`` (and not the probabilities)
+    seed : the dropout seed; pass the same to :func:`flash_attn_func_backward`
+
+    Returns
+    -------
+    out : (batch_size, seqlen_q, nheads, headdim_v), q's dtype; 0 on a row with no allowed key
+    softmax_lse : (batch_size, nheads, seqlen_q), with ``return_lse``/``return_attn_probs``
+    attn_probs : (batch_size, nheads, seqlen_q, seqlen_k), with ``return_attn_probs``
+
+    Raises
+    ------
+    TypeError, ValueError
+        a wrong type/dtype or shape/value; the message names the argument and what it expects.
+    NotImplementedError
+        ``softcap != 0``.
+    """
+    B, Sq, Sk, H, _, _ = _check_padded(q, k, v)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, seed, B, H)
+    qh, kh, vh = _bhsd(q), _bhsd(k), _bhsd(v)
+    o, lse = flash_attention(qh, kh, vh, **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
+    out = _bshd(o)
+    if return_attn_probs:
+        return out, lse, _probs(qh, kh, vh, opts, opts.alibi_slopes, 0)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,
+                             causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, *, seed=0):
+    """Gradients of ``sum(out * dout)`` for :func:`flash_attn_func`, recomputing P from ``softmax_lse``.
+
+    ``dout``, ``out`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype, ``softmax_lse``
+    (batch_size, nheads, seqlen_q) as the forward returned them; every other argument as
+    given to the forward (``seed`` included). Returns ``(dq, dk, dv)`` with the shapes and
+    dtype of ``q``, ``k``, ``v``; dk, dv are summed over the query heads sharing a kv head.
+    """
+    B, Sq, Sk, H, _, Dv = _check_padded(q, k, v)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, seed, B, H)
+    for name, x in (("dout", dout), ("out", out)):
+        _array(name, x, 4, f"(batch_size, seqlen_q, nheads, headdim_v) = {(B, Sq, H, Dv)}")
+        if x.shape != (B, Sq, H, Dv):
+            raise ValueError(f"{name} must have shape (batch_size, seqlen_q, nheads, headdim_v) = "
+                             f"{(B, Sq, H, Dv)}; got {x.shape}")
+    _same_dtype(q, dout=dout, out=out)
+    grads = flash_attention_backward(_bhsd(dout), _bhsd(q), _bhsd(k), _bhsd(v), _bhsd(out), softmax_lse,
+                                     **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
+    return tuple(_bshd(g) for g in grads)
+
+
+# ------------------------------------------------------------------------------ varlen
+def _cu_seqlens(name: str, cu, total: int, what: str) -> np.ndarray:
+    """Check cumulative sequence lengths: (batch + 1,) int32/int64, 0 first, non-decreasing, ``total`` last."""
+    if not isinstance(cu, np.ndarray) or cu.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{name} must be an int32 or int64 numpy array (batch_size + 1,); got {cu!r}")
+    if cu.ndim != 1 or cu.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (batch_size + 1,); got {cu.shape}")
+    if cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] != total:
+        raise ValueError(f"{name} must start at 0, never decrease and end at the number of {what} "
+                         f"tokens {total}; got {cu.tolist()}")
+    return cu.astype(np.int64)
+
+
+def _max_seqlen(name: str, m, lengths: np.ndarray) -> None:
+    m = as_int(name, m)
+    longest = int(lengths.max(initial=0))
+    if m < longest:
+        raise ValueError(f"{name} must be >= the longest sequence, {longest}; got {m}")
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """Checked varlen operands: every sequence's token ranges and dropout counter offset."""
+
+    H: int
+    Dv: int
+    ranges: list[tuple[int, int, int, int]]   # (q0, q1, k0, k1) per sequence
+    offsets: list[int]                          # first dropout counter of each sequence
+
+
+def _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packed:
+    q = _array("q", q, 3, "(total_q, nheads, headdim)")
+    k = _array("k", k, 3, "(total_k, nheads_k, headdim)")
+    v = _array("v", v, 3, "(total_k, nheads_k, headdim_v)")
+    _same_dtype(q, k=k, v=v)
+    Tq, H, D = q.shape
+    if H < 1 or D < 1:
+        raise ValueError(f"q must have nheads, headdim >= 1 in (total_q, nheads, headdim); got {q.shape}")
+    if k.shape[2] != D or k.shape[1] < 1:
+        raise ValueError(f"k must have shape (total_k, nheads_k, headdim) with headdim={D} as q; got {k.shape}")
+    _heads(H, k.shape[1])
+    if v.shape[:2] != k.shape[:2] or v.shape[2] < 1:
+        raise ValueError(f"v must have shape (total_k, nheads_k, headdim_v) = {k.shape[:2] + ('Dv',)}; "
+                         f"got {v.shape}")
+    cq = _cu_seqlens("cu_seqlens_q", cu_seqlens_q, Tq, "query")
+    ck = _cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
+    if cq.shape != ck.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences; "
+                         f"got {cq.shape[0] - 1} and {ck.shape[0] - 1}")
+    lq, lk = np.diff(cq), np.diff(ck)
+    _max_seqlen("max_seqlen_q", max_seqlen_q, lq)
+    _max_seqlen("max_seqlen_k", max_seqlen_k, lk)
+    ranges = [(int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])) for b in range(len(lq))]
+    # sequence b's dropout counters follow those of the (H, sq, sk) problems before it
+    offsets = np.concatenate([[0], np.cumsum(H * lq * lk)[:-1]]).astype(np.int64).tolist()
+    return _Packed(H, v.shape[2], ranges, offsets)
+
+
+def _seq(x: np.ndarray, r0: int, r1: int) -> np.ndarray:
+    """Rows ``r0:r1`` of a packed (total, H, D) array as one (1, H, s, D) sequence."""
+    return x[r0:r1].transpose(1, 0, 2)[None]
+
+
+def _unseq(x: np.ndarray) -> np.ndarray:
+    """(1, H, s, D) -> (s, H, D)."""
+    return x[0].transpose(1, 0, 2)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, return_lse=False, seed=0):
+    """flash_attn's ``flash_attn_varlen_func`` on packed numpy arrays; each sequence attends within itself.
+
+    Parameters
+    ----------
+    q : (total_q, nheads, headdim); k : (total_k, nheads_k, headdim); v : (total_k, nheads_k, headdim_v)
+    cu_seqlens_q, cu_seqlens_k : (batch_size + 1,) int32/int64, cumulative lengths: sequence
+        ``b`` holds query rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` and key rows
+        ``cu_seqlens_k[b]:cu_seqlens_k[b+1]``; 0 first, non-decreasing (a length may be 0),
+        the total last
+    max_seqlen_q, max_seqlen_k : ints >= the longest query / key sequence
+    block_table : must be None (paged KV is not implemented)
+    others : as :func:`flash_attn_func`; masks and ALiBi are aligned per sequence (its own
+        ``sk - sq``), ``alibi_slopes`` (nheads,) or (batch_size, nheads)
+
+    Returns
+    -------
+    out : (total_q, nheads, headdim_v); rows of a sequence with no keys are 0
+    softmax_lse : (nheads, total_q), with ``return_lse``/``return_attn_probs``
+    attn_probs : (batch_size, nheads, max_seqlen_q, max_seqlen_k), with ``return_attn_probs``
+    """
+    if block_table is not None:
+        raise NotImplementedError("block_table must be None (paged KV cache is not implemented)")
+    pk = _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, seed, len(pk.ranges), pk.H)
+    out = np.zeros((q.shape[0], pk.H, pk.Dv), dtype=q.dtype)
+    lse_rows = []                     # (q0, q1, lse (H, sq)) of every sequence with keys
+    probs = np.zeros((len(pk.ranges), pk.H, max_seqlen_q, max_seqlen_k), dtype=q.dtype) \
+        if return_attn_probs else None
+    for b, ((q0, q1, k0, k1), offset) in enumerate(zip(pk.ranges, pk.offsets)):
+        if q1 == q0 or k1 == k0:      # no queries, or no keys: out stays 0, lse -inf
+            continue
+        qs, ks, vs = _seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1)
+        slopes = _slopes_of(opts, slice(b, b + 1))
+        o, lse = flash_attention(qs, ks, vs, **opts.kernel_kwargs(q1 - q0, k1 - k0, slopes, offset))
+        out[q0:q1] = _unseq(o)
+        lse_rows.append((q0, q1, lse[0]))
+        if probs is not None:
+            probs[b, :, :q1 - q0, :k1 - k0] = _probs(qs, ks, vs, opts, slopes, offset)[0]
+    lse_dtype = lse_rows[0][2].dtype if lse_rows else np.float32
+    softmax_lse = np.full((pk.H, q.shape[0]), -np.inf, dtype=lse_dtype)
+    for q0, q1, lse in lse_rows:
+        softmax_lse[:, q0:q1] = lse
+    if return_attn_probs:
+        return out, softmax_lse, probs
+    return (out, softmax_lse) if return_lse else out
+
+
+def flash_attn_varlen_func_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k,
+                                    max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, *, seed=0):
+    """Gradients of ``sum(out * dout)`` for :func:`flash_attn_varlen_func`.
+
+    ``dout``, ``out`` (total_q, nheads, headdim_v) in q's dtype, ``softmax_lse``
+    (nheads, total_q) as the forward returned them; every other argument as given to the
+    forward. Returns ``(dq, dk, dv)`` shaped as ``q``, ``k``, ``v``; key rows of a sequence
+    with no queries, and query rows of one with no keys, get 0.
+    """
+    pk = _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                    deterministic, seed, len(pk.ranges), pk.H)
+    Tq = q.shape[0]
+    for name, x in (("dout", dout), ("out", out)):
+        _array(name, x, 3, f"(total_q, nheads, headdim_v) = {(Tq, pk.H, pk.Dv)}")
+        if x.shape != (Tq, pk.H, pk.Dv):
+            raise ValueError(f"{name} must have shape (total_q, nheads, headdim_v) = "
+                             f"{(Tq, pk.H, pk.Dv)}; got {x.shape}")
+    _same_dtype(q, dout=dout, out=out)
+    if not isinstance(softmax_lse, np.ndarray) or softmax_lse.shape != (pk.H, Tq):
+        raise ValueError(f"softmax_lse must be a numpy array of shape (nheads, total_q) = {(pk.H, Tq)}; "
+                         f"got {getattr(softmax_lse, 'shape', type(softmax_lse).__name__)}")
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b, ((q0, q1, k0, k1), offset) in enumerate(zip(pk.ranges, pk.offsets)):
+        if q1 == q0 or k1 == k0:
+            continue
+        slopes = _slopes_of(opts, slice(b, b + 1))
+        g = flash_attention_backward(_seq(dout, q0, q1), _seq(q, q0, q1), _seq(k, k0, k1),
+                                     _seq(v, k0, k1), _seq(out, q0, q1), softmax_lse[None, :, q0:q1],
+                                     **opts.kernel_kwargs(q1 - q0, k1 - k0, slopes, offset))
+        # every key row belongs to one sequence, so the slices never overlap
+        dq[q0:q1], dk[k0:k1], dv[k0:k1] = (_unseq(x) for x in g)
+    return dq, dk, dv

@@ -1,0 +1,279 @@
+r"""Split-KV forward for decoding (Flash-Decoding): few query rows, a long key axis.
+
+In decoding a model produces one token at a time: ``Sq = 1`` (or a few rows, with speculative
+decoding) against a cache of ``Sk`` keys that may be 100k long. The tiled forward
+(:mod:`flashlab.kernels.forward`) has one parallel work item per (batch, head, q-block): with
+one q-block per head that is ``B * H`` items, each a single row streaming the whole of its
+K and V. Two things go wrong:
+
+* **GQA reads K/V once per query head.** The ``group = H / Hkv`` query heads of a kv group
+  read the same K and V; the tiled forward streams them ``group`` times, and each gemm has
+  ``Sq`` (= 1) rows, a matrix-vector product.
+* **Too few work items.** With ``B * Hkv`` small (one sequence, MQA) a single core streams a
+  head while the other idles.
+
+This kernel fixes both. A work item is ``(b, hk, c)``: kv head ``hk`` of batch ``b`` and
+**chunk** ``c`` of the key axis. It stacks the ``group * Sq`` query rows of the kv group into
+one block (row ``g * Sq + i`` is query row ``i`` of head ``hk * group + g``), so K and V are
+read once per group and each gemm has ``group * Sq`` rows; it runs the forward's online
+softmax over the kv-blocks of its chunk only and leaves, per row, a partial state
+$(m_c, \ell_c, \tilde O_c)$: running max, denominator and unnormalised output. A second
+kernel (:func:`merge_splits`) combines the chunks of each row, in chunk order:
+
+$$
+\begin{aligned}
+m &= \max_c m_c \\
+\ell &= \textstyle\sum_c e^{m_c - m}\,\ell_c \\
+O &= \textstyle\sum_c e^{m_c - m}\,\tilde O_c \,/\, \ell
+\;=\; \sum_c e^{m_c - m}\,\ell_c\, O_c \,/\, \ell \qquad (O_c = \tilde O_c / \ell_c)\\
+\mathrm{LSE} &= m + \log \ell
+\end{aligned}
+$$
+
+which is the online softmax's own rescaling, applied once per chunk instead of once per
+tile: the result is $\operatorname{softmax}(S)\,V$ whatever the split (in exact arithmetic).
+
+**Determinism.** The number of chunks (:func:`kv_splits`) is a function of the shape only,
+never of the thread count, and every sum is taken in a fixed order (tiles in key order within
+a chunk, chunks in order in the merge): the same bits for any ``NUMBA_NUM_THREADS``.
+
+**Same tiles, same masks.** The chunks split the kv-block range the band allows
+(:func:`flashlab.masks.kv_block_range`) on ``block_k`` boundaries, and each tile goes
+through the forward's helpers (:func:`~flashlab.kernels.forward.score_tile`,
+:func:`~flashlab.kernels.forward.add_bias_tile`, :func:`~flashlab.kernels.forward.mask_tile`,
+:func:`~flashlab.kernels.forward.rescale_rows`, :func:`~flashlab.kernels.forward.drop_tile`),
+so masks, bias, ALiBi, dropout counters and the tiles counted per head are the forward's.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from flashlab.numba_cache import CACHE
+
+from flashlab.dropout import inv_keep_probability
+from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
+from flashlab.kernels.blas import gemm_nn
+from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, head_operands,
+                                      mask_tile, rescale_rows, score_tile, tile_fully_masked)
+
+__all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
+           "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
+
+#: The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (and the query
+#: fits one q-block, no RoPE operands). Decode and speculative decoding have Sq of 1 to ~8.
+#: Measured (B=1, H=32, Hkv=8, D=128, fp32, interleaved): Sk=8192, Sq=1: decode 0.21 ms vs
+#: tiled forward 1.6 ms; Sq=16: 0.78 vs 1.9 ms; at Sq=64 the two are even (~2.4 ms), as the
+#: tiled forward's gemms are no longer matrix-vector products.
+DECODE_MAX_SQ = 16
+#: :func:`kv_splits` splits the key axis until there are at least this many work items
+#: ``B * Hkv * n_split``. A constant, never the thread count (the bits must not depend on it);
+#: 16 leaves several items per core on machines with up to ~8 cores. Measured at B=1,
+#: H=32/Hkv=8, Sk=131072, 2 threads: 8 items (no split) 1.00, 16 items 0.97, 32 items 0.98
+#: of the time: splitting beyond the core count costs nothing (the merge reads
+#: ``n_split * Sq * Dv`` numbers per row).
+DECODE_MIN_ITEMS = 16
+#: ... but never chunks shorter than this many kv-blocks (a chunk costs one merge term per row).
+DECODE_MIN_CHUNK_BLOCKS = 4
+
+
+#: With at most this many stacked rows (``group * Sq``) the tile's ``P~ V_j`` is a plain loop
+#: (:func:`pv_few_rows`) instead of a BLAS gemm call. A gemm with 4 rows first copies
+#: ("packs") the whole V tile, then multiplies; the loop reads each V row once. Measured at
+#: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over numpy's one-thread read of K and V, two
+#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay with
+#: BLAS. A loop for them was twice as fast (one kv head, 64 MB of K, one thread: BLAS 7.9 ms,
+#: a float32 dot product summed in SIMD lanes 4.2 ms), and its error against float64 scores
+#: at logits ~100 is about BLAS's (2.0e-5 against 1.8e-5), but it is not the same rounding as
+#: the BLAS gemm the backward recomputes the scores with: with it, 4 float32 cases of
+#: tests/test_backward.py::test_dtypes_and_large_logits (Sq=7, logits 50-100) and one of the
+#: forward's (LSE error 1.06e-5 against a tolerance of 1.04e-5) failed. A float64 loop is no
+#: faster than BLAS (8.2 ms). Reproducing BLAS's order exactly (16 lanes over d, then pairwise
+#: sums) matched its bits for 128-key tiles but not for 1000, and ran at 22.7 ms.
+GEMV_MAX_ROWS = 16
+
+
+@njit(cache=CACHE, fastmath={"contract"})
+def pv_few_rows(p, v_blk, acc):
+    """``acc += p @ v_blk`` for a few rows: each value row ``V[c]`` is read once, for every row.
+
+    Two value rows per step: each ``acc`` row is loaded and stored half as often (measured,
+    4 rows, 64 MB of V on one thread: 7.1 ms one row per step, 5.6 ms two, 6.5 ms four).
+    """
+    rows, cols = p.shape
+    c2 = cols - cols % 2
+    for c in range(0, c2, 2):
+        for r in range(rows):
+            w0 = p[r, c]
+            w1 = p[r, c + 1]
+            # O~_r += P~_rc V_c + P~_r,c+1 V_c+1
+            for d in range(v_blk.shape[1]):
+                acc[r, d] += w0 * v_blk[c, d] + w1 * v_blk[c + 1, d]
+    for c in range(c2, cols):
+        for r in range(rows):
+            w = p[r, c]
+            for d in range(v_blk.shape[1]):
+                acc[r, d] += w * v_blk[c, d]
+
+
+def kv_splits(batch: int, kv_heads: int, n_kvblocks: int) -> int:
+    """Number of chunks the key axis is split into: from the shape only.
+
+    The smallest count giving ``>= DECODE_MIN_ITEMS`` work items ``batch * kv_heads * n``,
+    limited so that every chunk has at least ``DECODE_MIN_CHUNK_BLOCKS`` kv-blocks.
+
+    >>> kv_splits(1, 8, 1024), kv_splits(1, 1, 1024), kv_splits(1, 1, 8), kv_splits(16, 8, 1024)
+    (2, 16, 2, 1)
+    """
+    want = -(-DECODE_MIN_ITEMS // (batch * kv_heads))
+    most = max(1, n_kvblocks // DECODE_MIN_CHUNK_BLOCKS)
+    return max(1, min(want, most))
+
+
+@njit(parallel=True, cache=CACHE)
+def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_alibi,
+                        alibi_offset, alibi_sqrt, scale, left, right, block_k, n_split,
+                        drop_threshold, seed, offset, check_overflow,
+                        part_m, part_l, part_acc, part_tiles, part_overflow, part_nonfinite):
+    """Split-KV phase: one work item per (batch, kv head, key chunk), partial states out.
+
+    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); mask, bias, slopes, alibi_*,
+    scale, band ``[i - left, i + right]``, dropout and ``check_overflow`` exactly as
+    :func:`flashlab.kernels.forward.flash_forward_kernel` takes them (no RoPE operands);
+    ``block_k`` the tile's key count, ``n_split`` chunks of the band's kv-block range.
+
+    Outputs, per work item ``(b, hk, c)`` and row ``r = g * Sq + i`` (head ``hk*group + g``):
+    part_m, part_l (B, Hkv, n_split, group*Sq) the running max and denominator; part_acc
+    (B, Hkv, n_split, group*Sq, Dv) the unnormalised output; part_tiles (B, Hkv, n_split,
+    group) int64 tiles computed per head; part_overflow (B, Hkv, n_split) int64;
+    part_nonfinite (B, Hkv, n_split) int64, 1 where a score of the group's tile was NaN or
+    inf before any mask: with ``part_acc`` it tells the API whether K or V held NaN/inf, so
+    that the API need not read K and V a second time to check them (:func:`flashlab.api.flash_attention`).
+    """
+    B, H, Sq, Dqk = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    group = H // Hkv
+    rows = group * Sq
+    dropout = drop_threshold > 0
+    # the kv-blocks any row may see (the band is the same for every head)
+    kb0, kb1 = kv_block_range(0, Sq, Sk, block_k, left, right)
+    per = max(1, -(-(kb1 - kb0) // n_split))     # kv-blocks per chunk, ceil
+    for t in prange(B * Hkv * n_split):
+        b = t // (Hkv * n_split)
+        hk = (t // n_split) % Hkv
+        c = t % n_split
+        # the group's query rows stacked: (group, Sq, Dqk) -> (group*Sq, Dqk), pre-scaled
+        qs = (q[b, hk * group:(hk + 1) * group] * scale).reshape((rows, Dqk))
+        m = part_m[b, hk, c]
+        l = part_l[b, hk, c]
+        acc = part_acc[b, hk, c]
+        m[:] = -np.inf
+        l[:] = 0.0
+        acc[:] = 0.0
+        s_buf = np.empty(rows * block_k, dtype=acc.dtype)
+        bad = 0
+        # the group's rows at once: K_j and V_j are read once for all its query heads
+        for kb in range(kb0 + c * per, min(kb0 + (c + 1) * per, kb1)):
+            j0 = kb * block_k
+            j1 = min(j0 + block_k, Sk)
+            cls = tile_class(0, Sq, j0, j1, left, right)
+            if cls == EMPTY:
+                continue
+            s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
+            # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it)
+            score_tile(qs, k[b, hk, j0:j1], qs, qs, False, s)
+            # a NaN or inf in K_j makes scores NaN/inf (inf * 0 = NaN): flagged here, checked
+            # by the caller against K itself. One pass over the group's tile; each head's rows
+            # are looked at again (for the overflow flag) only when it found something
+            tile_finite = all_finite(s)
+            if not tile_finite:
+                part_nonfinite[b, hk, c] = 1
+            for g in range(group):
+                h = hk * group + g
+                # this head's Sq rows of the tile (rows g*Sq .. g*Sq + Sq - 1)
+                sg = s[g * Sq:(g + 1) * Sq]
+                mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
+                if has_mask and tile_fully_masked(mask2d, 0, Sq, j0, j1, left, right):
+                    # the tiled forward skips this tile for this head: P~ = 0 on its rows
+                    sg[:] = -np.inf
+                    continue
+                part_tiles[b, hk, c, g] += 1
+                if check_overflow and not tile_finite and not all_finite(sg):
+                    bad = 1
+                if has_bias or has_alibi:
+                    # S += bias_ij  (and the ALiBi term)
+                    if add_bias_tile(sg, 0, j0, bias2d, has_bias, slope, has_alibi,
+                                     alibi_offset, alibi_sqrt, check_overflow):
+                        bad = 1
+                if cls != FULL or has_mask:
+                    mask_tile(sg, 0, j0, left, right, cls != FULL, mask2d, has_mask)
+            # m, l, O~ rescaled to the new row max; s becomes P~ = e^{S - m_new}
+            rescale_rows(s, m, l, acc)
+            if dropout:
+                for g in range(group):
+                    h = hk * group + g
+                    # P~ <- Z o P~, the counters of head h's rows (as in the tiled forward)
+                    drop_tile(s[g * Sq:(g + 1) * Sq], offset + ((b * H + h) * Sq) * Sk + j0,
+                              Sk, seed, drop_threshold)
+            # O~ <- O~ + P~ V_j     (V_j read once for the whole group)
+            if rows <= GEMV_MAX_ROWS:
+                pv_few_rows(s, v[b, hk, j0:j1], acc)
+            else:
+                gemm_nn(s, v[b, hk, j0:j1], acc, 1.0, 1.0)
+        part_overflow[b, hk, c] = bad
+
+
+@njit(parallel=True, cache=CACHE)
+def merge_splits(part_m, part_l, part_acc, part_tiles, drop_threshold, o, lse, row_max,
+                 tiles_done):
+    """Combine the chunks' partial states into o, lse, row_max; in chunk order (deterministic).
+
+    part_* as :func:`flash_decode_kernel` leaves them; o (B, H, Sq, Dv), lse and row_max
+    (B, H, Sq) as the tiled forward returns them; tiles_done (B * H,) int64.
+    """
+    B, Hkv, n_split, rows = part_m.shape
+    H, Sq = o.shape[1], o.shape[2]
+    Dv = o.shape[3]
+    group = H // Hkv
+    inv_keep = inv_keep_probability(drop_threshold)
+    for t in prange(B * H * Sq):
+        b = t // (H * Sq)
+        h = (t // Sq) % H
+        i = t % Sq
+        hk = h // group
+        r = (h % group) * Sq + i
+        # m = max_c m_c
+        mx = -np.inf
+        for c in range(n_split):
+            mx = max(mx, part_m[b, hk, c, r])
+        row_max[b, h, i] = mx
+        out = o[b, h, i]
+        out[:] = 0.0
+        if mx == -np.inf:
+            # no allowed key in any chunk: O = 0, LSE = -inf (never e^{-inf + inf} = NaN)
+            lse[b, h, i] = -np.inf
+        else:
+            total = 0.0
+            for c in range(n_split):
+                if part_m[b, hk, c, r] == -np.inf:
+                    continue   # an empty chunk: l_c = 0, O~_c = 0
+                # w_c = e^{m_c - m}
+                w = math.exp(part_m[b, hk, c, r] - mx)
+                # l = sum_c e^{m_c - m} l_c
+                total += w * part_l[b, hk, c, r]
+                # O~ = sum_c e^{m_c - m} O~_c
+                for d in range(Dv):
+                    out[d] += w * part_acc[b, hk, c, r, d]
+            # LSE = m + log(l)
+            lse[b, h, i] = mx + math.log(total)
+            # O = O~ / l   (and / (1 - p) with dropout: the survivors' scale)
+            inv = inv_keep / total if drop_threshold > 0 else 1.0 / total
+            for d in range(Dv):
+                out[d] *= inv
+        if i == 0:
+            n = 0
+            for c in range(n_split):
+                n += part_tiles[b, hk, c, h % group]
+            tiles_done[b * H + h] = n

@@ -1,0 +1,95 @@
+"""Where Numba keeps flashlab's compiled kernels, decided once at import.
+
+Every ``@njit`` in flashlab is written ``@njit(cache=CACHE)``. Numba's cache saves each
+compiled signature to disk so that a new process loads it in ~0.4 s instead of compiling for
+4-6 s per kernel. By default Numba writes into ``__pycache__`` beside the source and, if that
+is read-only, into ``~/.cache/numba``; when neither is writable it refuses to decorate the
+function at all (``RuntimeError: cannot cache function ...: no locator available``), so a
+read-only install (a system site-packages, a container image, a shared lab machine) could not
+even ``import flashlab``. This module picks, in order:
+
+1. ``NUMBA_CACHE_DIR`` if the user set it (Numba's own variable; it must be writable);
+2. the package's own ``__pycache__`` folders (the default, when the install is writable);
+3. a user cache folder: ``$XDG_CACHE_HOME/flashlab-numba``, ``~/.cache/flashlab-numba``, then
+   ``<tempdir>/flashlab-numba-<user>``, with a warning naming it;
+4. no on-disk cache (``CACHE = False``), with a warning: everything works, each new process
+   compiles again.
+
+**Processes and threads.** The kernels run in parallel with Numba's ``prange`` on its
+threading layer (``NUMBA_THREADING_LAYER``: ``omp``, ``tbb`` or ``workqueue``; set
+``NUMBA_NUM_THREADS`` to change the thread count, which never changes the results). The
+``workqueue`` and OpenMP layers are not fork-safe: after a flashlab call has started the
+thread pool, a ``multiprocessing`` child created with ``fork`` can hang or abort. Use
+``multiprocessing.set_start_method("spawn")`` (or a ``spawn`` context) when worker processes
+call flashlab.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+from numba.core import config
+
+__all__ = ["CACHE", "CACHE_DIR", "choose_cache"]
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _writable(folder: Path) -> bool:
+    """True when a file can be created in ``folder`` (created if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _in_tree_writable() -> bool:
+    # Numba caches next to each source file: every sub-package's __pycache__ must be writable
+    return all(_writable(d / "__pycache__") for d in (_PACKAGE, _PACKAGE / "kernels"))
+
+
+def _user_folders() -> list[Path]:
+    folders = []
+    if os.environ.get("XDG_CACHE_HOME"):
+        folders.append(Path(os.environ["XDG_CACHE_HOME"]) / "flashlab-numba")
+    folders.append(Path.home() / ".cache" / "flashlab-numba")
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name (some containers): the uid still separates users
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    folders.append(Path(tempfile.gettempdir()) / f"flashlab-numba-{user}")
+    return folders
+
+
+def choose_cache() -> tuple[bool, str | None]:
+    """(cache on disk?, the folder when it is not Numba's default)."""
+    if config.CACHE_DIR:
+        if _writable(Path(config.CACHE_DIR)):
+            return True, config.CACHE_DIR
+        warnings.warn(f"flashlab: NUMBA_CACHE_DIR={config.CACHE_DIR} is not writable; looking "
+                      f"for another folder for the compiled kernels", RuntimeWarning, stacklevel=3)
+    elif _in_tree_writable():
+        return True, None
+    for folder in _user_folders():
+        if _writable(folder):
+            config.CACHE_DIR = str(folder)
+            warnings.warn(f"flashlab: its install folder {_PACKAGE} is read-only; the compiled "
+                          f"kernels are cached in {folder} (set NUMBA_CACHE_DIR to choose)",
+                          RuntimeWarning, stacklevel=3)
+            return True, str(folder)
+    warnings.warn("flashlab: no writable folder for Numba's cache (install folder, "
+                  "NUMBA_CACHE_DIR, ~/.cache, temp dir); kernels are compiled in every new process",
+                  RuntimeWarning, stacklevel=3)
+    return False, None
+
+
+#: whether ``@njit`` functions cache their machine code on disk
+CACHE: bool
+#: the folder the cache is in when it is not beside the source, or None for Numba's default
+CACHE_DIR: str | None
+CACHE, CACHE_DIR = choose_cache()

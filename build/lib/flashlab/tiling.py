@@ -1,0 +1,57 @@
+"""Tile defaults: one source for the tile sizes and the backward's work split.
+
+Pure Python (no Numba, no NumPy), so the kernels, the API, the cost model and the
+benchmark all import the same numbers without importing each other.
+
+- :data:`FORWARD_BLOCK`, :data:`BACKWARD_BLOCK`: the default ``(block_q, block_k)`` tiles;
+- :func:`q_splits` with :data:`MIN_WORK_ITEMS`: how many chunks of query blocks each head of
+  the backward is cut into, from the shape alone.
+"""
+from __future__ import annotations
+
+__all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "MIN_WORK_ITEMS", "q_splits", "cdiv"]
+
+#: The forward's default tile sizes ``(block_q, block_k)``. Chosen by measurement on a 2-core
+#: machine (B=1, H=8, fp32, speed relative to torch SDPA timed in turn in the same run).
+#: With the one-pass exp and partial tiles cut to their band box (:func:`flashlab.masks.band_box`),
+#: D=128: N=4096 non-causal 256x128 0.95-0.98x, 512x128 1.00x, 512x256 1.02-1.07x, 512x512
+#: 1.03-1.07x; causal 256x128 0.97-1.04x, 512x256 0.98-1.10x, 512x512 0.99-1.05x; N=8192
+#: non-causal 256x128 0.99x, 512x256 1.07x, causal 0.97x and 1.08x. In GFLOP/s over the
+#: numpy matmul peak of the same run (201-204 GFLOP/s): 256x128 0.78, 512x256 0.85, 512x512
+#: 0.85. A taller q-block re-reads K and V and re-packs them for BLAS fewer times, and gives
+#: BLAS larger gemms (one thread, 512 query rows against 4096 keys: 89-92 GFLOP/s per gemm
+#: against 101 for a large square matmul); 512 x 256 keeps causal diagonal tiles small.
+#: (Before those two changes 256x128 was the fastest: 64x64 0.77x, 128x128 0.85x, 256x64
+#: 0.86-0.92x, 256x128 0.95x, and 512x128 gained nothing causal.)
+FORWARD_BLOCK: tuple[int, int] = (512, 256)
+
+#: The backward's default tile sizes ``(block_q, block_k)``. Timed in turn with torch SDPA's
+#: backward (B=1, H=8, fp32, 2 threads), median seconds: D=128 N=2048 256x256 0.275,
+#: 512x256 0.241; N=4096 1.087 and 1.055; causal N=4096 0.579 and 0.566; QK 192 / V 128
+#: N=4096 1.281 and 1.256. (Earlier, against 128x128 in CPU seconds: 256x256 0.90-0.91
+#: non-causal, 0.99 causal; a profile of the 128x128 backward spent 27% of its BLAS time
+#: packing operands, ``sgemm_*copy``: a larger tile packs each operand once for more FLOPs.)
+#: The S and dP tiles (512 KiB each) do not fit a core's 1 MiB L2 with the rest, and the
+#: tile is still faster.
+BACKWARD_BLOCK: tuple[int, int] = (512, 256)
+
+#: :func:`q_splits` splits the query blocks of each head until there are at least this many
+#: parallel work items (a constant, never the thread count: the bits must not depend on it).
+MIN_WORK_ITEMS = 4
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division ``ceil(a / b)`` for ints: the number of ``b``-sized blocks covering ``a``."""
+    return -(-a // b)
+
+
+def q_splits(batch: int, heads: int, n_qblocks: int) -> int:
+    """Number of query-block chunks per head: the smallest giving ``>= MIN_WORK_ITEMS`` items.
+
+    $n_{split} = \\max(1, \\min(n_{qb}, \\lceil W / (B H) \\rceil))$ with $W$ = MIN_WORK_ITEMS.
+
+    >>> q_splits(1, 8, 32), q_splits(1, 1, 32), q_splits(1, 2, 32), q_splits(1, 1, 3)
+    (1, 4, 2, 3)
+    """
+    want = cdiv(MIN_WORK_ITEMS, batch * heads)
+    return max(1, min(n_qblocks, want))
