@@ -133,5 +133,6 @@ def test_student_requirements_are_pinned_and_small():
     # every pin shared with the full environment is the same version
     assert {k: v for k, v in pins.items() if k in full} == {k: full[k] for k in pins if k in full}
     assert {"numba", "numpy", "ipywidgets", "jupyterlab-myst"} <= set(pins)
+    assert "jupyterlab-myst" in full          # make lab and Binder render MyST too
     assert not {"jupyter-book", "pytest", "nbval", "sphinx", "hypothesis"} & set(pins)
     assert len(pins) < 0.8 * len(full)
