@@ -11,6 +11,9 @@ builds, with ``--no-deps``. Then, each from an empty folder outside the reposito
 
 Numba compiles once: the kernels are cached beside the installed package (site-packages of the
 venv is writable), so the notebooks after the first, and the handouts, load them.
+Measured 2026-11-27 on the shared 2-core machine at a load average of 10 to 16: 43 min of wall
+time (venv 241 s, smoke with the cold compile 724 s, notebooks 1037 s, handouts 552 s) but
+8.8 min of CPU time, so several minutes on an idle 2-core CI machine.
 Set ``FLASHLAB_SKIP_WHEEL=1`` to skip these (they re-execute the whole book twice).
 """
 from __future__ import annotations
