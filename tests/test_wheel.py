@@ -49,7 +49,12 @@ def _run(cmd: list, cwd: Path, timeout: int = 1800) -> subprocess.CompletedProce
 def venv_python(tmp_path_factory) -> Path:
     start = time.perf_counter()
     work = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", work / "dist", ROOT], cwd=work)
+    # built from a copy of what the wheel is made of, so that setuptools' build/ stays out of the tree
+    src = work / "src"
+    shutil.copytree(ROOT / "flashlab", src / "flashlab", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE", "LICENSE-TEXT"):
+        shutil.copy(ROOT / name, src / name)
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", work / "dist", src], cwd=work)
     (wheel,) = (work / "dist").glob("flashlab-*.whl")
     _run([sys.executable, "-m", "venv", work / "venv"], cwd=work)
     python = work / "venv" / "bin" / "python"
