@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv assets book check-site handout test pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site handout assignments test pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
@@ -16,7 +16,9 @@ help:
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
 	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets;"
 	@echo "            screenshots in _build/screenshots/ (needs Debian's chromium)"
-	@echo "make handout  students' notebooks without solutions or outputs, in _build/handout/"
+	@echo "make handout  students' notebooks without answers or outputs, in _build/handout/"
+	@echo "make assignments  the coding exercises as an nbgrader course in _build/assignments/"
+	@echo "            (installs the optional, pinned requirements-grading.txt)"
 	@echo "make lab    open the chapters in JupyterLab"
 	@echo "make bench  benchmark flashlab against numpy naive and torch SDPA (installs"
 	@echo "            requirements-bench.txt; N up to 16384: about an hour, ~11 GB free memory)"
@@ -50,6 +52,11 @@ check-site: book
 
 handout: $(STAMP)
 	$(BIN)/python tools/handout.py
+
+# nbgrader is optional: pinned in requirements-grading.txt and installed here only
+assignments: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-grading.txt
+	$(BIN)/python tools/assignments.py
 
 CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
 

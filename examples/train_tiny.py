@@ -14,7 +14,7 @@ weights and the same batches; only the attention differs:
 In float64 the two loss curves agree to within ``--tolerance`` (default 1e-6); with the float64
 LSE that flashlab's forward returns for float64 inputs, what is left is rounding (8.9e-16 in
 the committed run; a float32 LSE left 2.2e-8). The script writes both curves, their largest difference,
-versions, date and command to ``book/data/train_tiny.json`` and exits 1 if the difference
+versions, date and command to ``flashlab/data/train_tiny.json`` (package data, read with ``flashlab.data.load_json``) and exits 1 if the difference
 exceeds the tolerance.
 
     PYTHONPATH=/tmp/torchlib .venv/bin/python examples/train_tiny.py
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--tolerance", type=float, default=1e-6,
                     help="largest allowed |loss_sdpa - loss_flashlab| at any step")
-    ap.add_argument("--out", type=Path, default=ROOT / "book" / "data" / "train_tiny.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "flashlab" / "data" / "train_tiny.json")
     args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     opts = dict(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, dtype=dtype)

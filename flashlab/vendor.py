@@ -13,8 +13,8 @@ figure never has two values in the book. Each row sets the figure beside four es
     the AI Core pipeline simulation composed over the chip (:mod:`flashlab.rect`): the range
     over the idea switched on alone or last (the other ideas on) and K/V read from HBM or L2;
 ``"cpu"``
-    the committed benchmark runs on a 2-core CPU (``book/data/bench.json``,
-    ``book/data/bench_mla.json``; medians of the timed calls).
+    the committed benchmark runs on a 2-core CPU (``flashlab/data/bench.json``,
+    ``flashlab/data/bench_mla.json``; medians of the timed calls).
 
 The verdict is computed from the numbers (:func:`verdict`), and is strict: a figure is compared
 only with the estimates of the *same quantity* (``Estimate.like``: kernel time with kernel time,
@@ -47,7 +47,7 @@ __all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "PARTLY", "Estimate", "VendorRow
            "sensitivity_markdown", "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
 #: where the committed benchmark runs live in the book's repository
-DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
+DATA_DIR = Path(__file__).resolve().parent / "data"  # flashlab/data: package data (flashlab.data)
 
 #: the four estimates, in table order, with their column headings
 ESTIMATES = {
@@ -492,8 +492,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
 
     Parameters
     ----------
-    bench_json, mla_bench_json : the committed benchmark runs (default: ``book/data/bench.json``
-        and ``book/data/bench_mla.json`` of the repository)
+    bench_json, mla_bench_json : the committed benchmark runs (default: ``flashlab/data/bench.json``
+        and ``flashlab/data/bench_mla.json`` of the repository)
     problem : the MLA attention the models price (default: one DeepSeek-V3 layer, $S = 4096$,
         causal, bf16)
     chip, core : the 910B profiles of the roofline and pipeline columns (:func:`sensitivity`

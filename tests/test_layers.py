@@ -16,7 +16,7 @@ PACKAGE = ROOT / "flashlab"
 
 #: bottom first; a module belongs to the first layer with a prefix matching its name
 LAYERS: list[tuple[str, ...]] = [
-    ("flashlab.numba_cache", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows", "flashlab.memory",
+    ("flashlab.data", "flashlab.numba_cache", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows", "flashlab.memory",
      "flashlab.input_scan",
      "flashlab.viz.code"),
     ("flashlab.dropout", "flashlab.masks", "flashlab.rope"),

@@ -2,17 +2,20 @@
 
 The book's launch buttons open a chapter in Google Colab, where ``flashlab`` is not installed.
 Each notebook therefore carries, right after its title cell, one code cell that installs the
-package from the repository **only when running in Colab** (``"google.colab" in
+package from the repository, **at the release tag** ``v<flashlab.__version__>`` (never a moving
+branch: the notebook and the package it runs stay the same release), **only when running in Colab** (``"google.colab" in
 sys.modules``); everywhere else (``make lab``, nbval, the book build) it does nothing. The cell
 is tagged ``remove-cell``, so the HTML book does not show it.
 
-The repository URL is read from ``_config.yml`` (``repository.url`` and ``branch``), the one
-place that names it. ``python tools/colab_cell.py`` rewrites the cells after a change there;
+The repository URL is read from ``_config.yml`` (``repository.url``), the one place that names
+it, and the version from ``flashlab/__init__.py`` (``__version__``, the package's one version
+source, which ``pyproject.toml`` reads too): tag each release ``v<version>``. ``python tools/colab_cell.py`` rewrites the cells after a change there;
 ``--check`` exits 1 listing the notebooks whose cell is missing or stale (run by the tests).
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -29,13 +32,27 @@ def repository() -> tuple[str, str]:
     return repo["url"].rstrip("/"), repo.get("branch", "main")
 
 
+def version() -> str:
+    """``flashlab.__version__``, read from the source without importing the package."""
+    tree = ast.parse((ROOT / "flashlab" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError("flashlab/__init__.py sets no __version__")
+
+
+def release_tag() -> str:
+    """The git tag of this release, ``v<version>`` (e.g. ``v0.1.0``), that the Colab cell installs."""
+    return f"v{version()}"
+
+
 def cell_source() -> str:
-    url, branch = repository()
-    return (f"{MARKER} install flashlab from the book's repository (elsewhere `make lab` set it up)\n"
+    url, _ = repository()
+    return (f"{MARKER} install this release of flashlab ({release_tag()}; elsewhere `make lab` set it up)\n"
             "import sys\n"
             "\n"
             "if \"google.colab\" in sys.modules:\n"
-            f"    %pip install --quiet \"flashlab[widgets] @ git+{url}@{branch}\"\n"
+            f"    %pip install --quiet \"flashlab[widgets] @ git+{url}@{release_tag()}\"\n"
             "    from google.colab import output\n"
             "\n"
             "    output.enable_custom_widget_manager()  # ipywidgets 8 in Colab\n")

@@ -1,6 +1,6 @@
 """The measurements of the Performance chapter's core path, run once and committed.
 
-``python -m flashlab.bench._page book/data/performance_live.json`` measures this machine's
+``python -m flashlab.bench._page flashlab/data/performance_live.json`` measures this machine's
 roofline (a STREAM triad on one thread and on all threads, the numpy float32 matmul peak), the
 small one-thread benchmark run the chapter's roofline plots (``PAGE_CONFIG``) and the backward
 against its BLAS products (:func:`flashlab.bench.ceiling.backward_ceiling`), and writes them as
@@ -78,4 +78,4 @@ def performance_page_run(out: str | Path) -> dict:
 
 
 if __name__ == "__main__":
-    performance_page_run(sys.argv[1] if len(sys.argv) > 1 else "book/data/performance_live.json")
+    performance_page_run(sys.argv[1] if len(sys.argv) > 1 else "flashlab/data/performance_live.json")

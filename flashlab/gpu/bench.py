@@ -40,7 +40,7 @@ __all__ = ["FP32_LANES_PER_SM", "device_peaks", "make_record", "bench_document",
 #: FP32 lanes (CUDA cores) per SM by compute capability major.minor; 2 FLOPs each per clock (FMA)
 FP32_LANES_PER_SM = {(6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128,
                      (8, 7): 128, (8, 9): 128, (9, 0): 128, (10, 0): 128, (12, 0): 128}
-DEFAULT_OUT = "book/data/gpu_bench.json"
+DEFAULT_OUT = "flashlab/data/gpu_bench.json"
 
 
 def device_peaks(name: str, cc: tuple[int, int], sms: int, clock_khz: int | None,

@@ -1,0 +1,177 @@
+"""Export the book's coding exercises as an nbgrader course (``make assignments``).
+
+Every chapter ends with one "Code it" exercise: a markdown statement, a starter cell that
+defines the function (``raise NotImplementedError``) and calls its checker, and a collapsed
+solution cell. For each, this writes ``_build/assignments/source/<chapter>/<chapter>.ipynb``,
+an nbgrader *source* notebook with
+
+1. the statement (plain Markdown, as in the handouts), a locked cell;
+2. ``import numpy as np`` and the function with the book's solution between
+   ``### BEGIN SOLUTION`` / ``### END SOLUTION`` (nbgrader puts ``raise NotImplementedError()``
+   there in the students' version), the cell students answer in;
+3. an autograded test cell (1 point) that calls :func:`flashlab.exercises.grading.grade`, prints
+   the checker's feedback and then asserts it. Between ``### BEGIN HIDDEN TESTS`` / ``### END
+   HIDDEN TESTS`` (removed from the students' version) it grades again against the book's
+   solution on inputs drawn from the instructor's seed (``--seed``, default: a fresh random one,
+   written into the hidden tests; keep your source notebooks private).
+
+A solution that calls flashlab's own reference or kernels fails with a message saying so
+(:func:`flashlab.exercises.grading.grade`). The course folder gets an ``nbgrader_config.py``;
+then, from that folder: ``nbgrader generate_assignment <chapter>``, hand out ``release/``,
+collect into ``submitted/<student>/<chapter>/``, ``nbgrader autograde <chapter>``.
+nbgrader is optional and pinned in ``requirements-grading.txt`` (``make assignments``
+installs it). Usage: ``python tools/assignments.py [--out _build/assignments] [--seed N]``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import secrets
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    chapter: str          # the notebook's stem, also the assignment's name
+    name: str             # the function the student writes (a key of grading.CHECKERS)
+    statement: str        # plain Markdown
+    signature: str        # "def f(...):" with its docstring, as the starter has it
+    solution_body: str    # the book's solution, the function's body only (indented)
+    solution: str         # the whole solution function
+
+
+def _function(source: str, name: str | None = None) -> ast.FunctionDef:
+    tree = ast.parse(source)
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and (name is None or n.name == name)]
+    if not funcs:
+        raise LookupError(f"no function {name or ''} in the cell")
+    return funcs[0]
+
+
+def _lines(source: str, node: ast.AST, start: int | None = None, end: int | None = None) -> str:
+    lines = source.splitlines()
+    return "\n".join(lines[(start or node.lineno) - 1:(end or node.end_lineno)])
+
+
+def exercises() -> list[Exercise]:
+    """The "Code it" exercise of every chapter, read from the book's notebooks."""
+    from tools.colab_cell import chapter_notebooks
+    from tools.handout import to_markdown
+    found = []
+    notebooks = chapter_notebooks()
+    names = {p.stem for p in notebooks}
+    for path in notebooks:
+        cells = json.loads(path.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            src = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "raise NotImplementedError" not in src:
+                continue
+            starter = _function(src)
+            statement = next("".join(c["source"]) for c in reversed(cells[:i]) if c["cell_type"] == "markdown")
+            sol_src = next("".join(c["source"]) for c in cells[i + 1:]
+                           if "hide-cell" in c["metadata"].get("tags", []))
+            sol = _function(sol_src, starter.name)
+            doc_end = starter.body[0].end_lineno if isinstance(starter.body[0], ast.Expr) else starter.lineno
+            signature = _lines(src, starter, end=doc_end)
+            start, lines = sol.body[0].lineno, sol_src.splitlines()
+            while start - 1 > sol.lineno and lines[start - 2].strip().startswith("#"):
+                start -= 1                     # the comment above the first statement belongs to it
+            body = _lines(sol_src, sol, start=start)
+            # the solution's own signature has no type hints: the body keeps its indentation
+            found.append(Exercise(path.stem, starter.name, to_markdown(statement, names)[0], signature,
+                                  body, _lines(sol_src, sol)))
+    return found
+
+
+def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = True,
+          points: int | None = None) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3,
+            "solution": solution, "task": False}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def _cell(kind: str, source: str, metadata: dict) -> dict:
+    cell = {"cell_type": kind, "metadata": metadata, "source": source.rstrip("\n").splitlines(True)}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def source_notebook(ex: Exercise, seed: int) -> dict:
+    """The nbgrader source notebook of one exercise."""
+    answer = f"import numpy as np\n\n\n{ex.signature}\n    {BEGIN}\n{ex.solution_body}\n    {END}\n"
+    reference = ex.solution.replace(f"def {ex.name}(", f"def _reference_{ex.name}(", 1)
+    test = (f"from flashlab.exercises.grading import grade\n\n"
+            f"# the book's checker; a function that calls flashlab's own code fails\n"
+            f"feedback = grade({ex.name!r}, {ex.name})\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### BEGIN HIDDEN TESTS\n"
+            f"# the instructor's inputs: drawn from this seed, compared with the book's solution\n"
+            f"{reference}\n\n\n"
+            f"feedback = grade({ex.name!r}, {ex.name}, reference=_reference_{ex.name}, seed={seed})\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### END HIDDEN TESTS\n")
+    cells = [
+        _cell("markdown", f"# {ex.chapter}: `{ex.name}`\n\n{ex.statement}", _meta(f"{ex.name}-statement")),
+        _cell("code", answer, _meta(f"{ex.name}-answer", solution=True, locked=False)),
+        _cell("code", test, _meta(f"{ex.name}-test", grade=True, points=1)),
+    ]
+    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                         "language_info": {"name": "python"}}}
+
+
+CONFIG = '''# nbgrader configuration of the flashlab course (written by tools/assignments.py)
+c = get_config()  # noqa: F821 (nbgrader's config loader defines it)
+c.CourseDirectory.course_id = "flashlab"
+# every chapter's exercise is its own assignment, named after the chapter
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+# each test cell prints the checker's feedback before asserting: a student's error shows it
+c.ExecutePreprocessor.timeout = 300
+'''
+
+
+def write_course(out: Path, seed: int | None = None) -> list[Path]:
+    """Write the nbgrader course (config + one source assignment per exercise) into ``out``."""
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nbgrader_config.py").write_text(CONFIG)
+    written = []
+    for ex in exercises():
+        folder = out / "source" / ex.chapter
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{ex.chapter}.ipynb"
+        path.write_text(json.dumps(source_notebook(ex, seed), indent=1, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "_build" / "assignments")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the instructor's seed of the hidden inputs (default: a random one)")
+    args = ap.parse_args(argv)
+    for path in write_course(args.out, args.seed):
+        print(f"wrote {path.relative_to(args.out)}")
+    print(textwrap.dedent(f"""\
+        course in {args.out}: cd there, then
+          nbgrader generate_assignment <chapter>     # students' copy in release/<chapter>/
+          nbgrader autograde <chapter>               # after collecting into submitted/<student>/<chapter>/"""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
