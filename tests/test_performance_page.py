@@ -1,4 +1,4 @@
-"""The Performance chapter's core path reads one committed run (book/data/performance_live.json,
+"""The Performance chapter's core path reads one committed run (flashlab/data/performance_live.json,
 written by ``python -m flashlab.bench._page``): it must hold what the page reads."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from flashlab import bench
 from flashlab.bench import _page
 
-PAGE_JSON = Path(__file__).resolve().parent.parent / "book" / "data" / "performance_live.json"
+PAGE_JSON = Path(__file__).resolve().parent.parent / "flashlab" / "data" / "performance_live.json"
 
 
 def test_the_committed_page_run_holds_what_the_page_reads():

@@ -50,7 +50,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.pipeline.profiles", "flashlab.pipeline.hardware", "flashlab.pipeline.simulate",
       "flashlab.pipeline.schedule", "flashlab.pipeline.replay", "flashlab.pipeline.settings")),
     ("The tile walk, memory measurement and benchmarks",
-     ("flashlab.walk", "flashlab.memory", "flashlab.bench")),
+     ("flashlab.walk", "flashlab.memory", "flashlab.bench", "flashlab.data")),
     ("Drawings",
      ("flashlab.viz", "flashlab.viz.style", "flashlab.viz.code", "flashlab.viz.tiles",
       "flashlab.viz.roofline", "flashlab.viz.hierarchy", "flashlab.viz.backward",
@@ -63,7 +63,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.gpu.bench")),
     ("Exercise checkers",
      ("flashlab.exercises", "flashlab.exercises.foundations", "flashlab.exercises.rect",
-      "flashlab.exercises.gpu")),
+      "flashlab.exercises.gpu", "flashlab.exercises.grading")),
 ]
 #: the benchmark's submodules: the package ``flashlab.bench`` re-exports every public name of
 #: them and documents them itself, so that the tool reads as one module on the page
