@@ -233,3 +233,20 @@ def test_exercises_page_names_each_chapters_function_and_checker():
         assert re.search(rf"def {fn}\({re.escape(args.split(',')[0])}", source), f"{chapter}: no def {fn}({args})"
         assert f"{checker}({fn})" in source, f"{chapter}: does not call {checker}({fn})"
         assert hasattr(ex, checker)
+
+
+def test_web_assets_offline_prints_one_message_naming_the_missing_assets(monkeypatch, tmp_path, capsys):
+    import urllib.error
+
+    def offline(url, timeout):
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(web_assets.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(web_assets, "VENDOR", tmp_path)
+    assert web_assets.main([]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "Temporary failure in name resolution" in err
+    for asset in web_assets.ASSETS:         # every missing asset named, and the fetch command
+        assert f"{asset.name}@{asset.version}" in err
+    assert "python tools/web_assets.py" in err
