@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=2.0,
                     help="seconds to let scripts render after load (then it polls up to 20 s more)")
     ap.add_argument("--max-height", type=int, default=6000, help="screenshot height cap in pixels")
-    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser")
+                    or shutil.which("google-chrome"))
     args = ap.parse_args(argv)
     if not args.chromium:
         print("check-site: chromium not found (apt-get install chromium)", file=sys.stderr)
