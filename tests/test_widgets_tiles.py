@@ -149,7 +149,8 @@ def test_walk_view_one_row_qblocks_and_legend():
         if np.isfinite(st.m).all():
             assert finite.sum() == 2 and x[finite][1] - x[finite][0] > 0.5   # a visible segment
         visible = [b for b in view.l_bars if b.get_visible()]
-        assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]))
+        # l drawn rounded to 2 significant digits (the same pixels on every BLAS kernel set)
+        assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]), rel=0.05)
     labels = [t.get_text() for t in view.fig.legends[0].get_texts()]
     assert any("computed earlier" in t for t in labels) and any("skipped" in t for t in labels)
     assert any("current tile" in t for t in labels)
