@@ -261,7 +261,7 @@ OVERFLOW_PAGE = """<!doctype html><html><head><meta name="viewport" content="wid
 <article class="bd-article">
 <section id="cut"><div class="math clip"><div class="wide">an equation</div></div></section>
 <section id="out"><pre>a_very_long_code_line_without_any_space_that_runs_far_to_the_right_of_the_column</pre></section>
-<section id="hidden-bar"><div class="scroll"><div class="wide">a table that scrolls unseen</div></div></section>
+<section id="hidden-bar"><div class="math clip"><div class="scroll"><div class="wide">an equation that scrolls unseen</div></div></div></section>
 <section id="fine"><div class="scroll styled"><div class="wide">a table with its scrollbar</div></div>
 <span class="math clip">x<span class="sr-only">the formula read aloud, much wider than the formula</span></span>
 <span class="sr-only">screen-reader text that is clipped on purpose</span><p>short text</p></section>

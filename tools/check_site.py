@@ -123,18 +123,21 @@ OVERFLOW_JS = r"""
   const shown = (el, cs) => cs.display !== 'none' && cs.visibility !== 'hidden' && !el.closest(invisible);
   const scrolls = cs => cs.overflowX === 'auto' || cs.overflowX === 'scroll';
   const clips = cs => cs.overflowX === 'hidden' || cs.overflowX === 'clip';
-  // how far the boxes inside el reach past el's padding box, left and right (CSS px)
+  // how far the boxes inside el reach past el's padding box, left and right (CSS px); a box that
+  // scrolls counts with its own box, not with what it scrolls (that is its own check)
   const past = el => {
     const box = el.getBoundingClientRect(), cs = getComputedStyle(el);
     const left = box.left + parseFloat(cs.borderLeftWidth), right = box.right - parseFloat(cs.borderRightWidth);
     let lo = left, hi = right;
-    for (const inner of el.querySelectorAll('*')) {
-      if (inner.closest(invisible)) continue;
-      const r = inner.getBoundingClientRect();
-      if (r.width === 0 || r.height === 0) continue;
-      lo = Math.min(lo, r.left);
-      hi = Math.max(hi, r.right);
-    }
+    const walk = parent => {
+      for (const inner of parent.children) {
+        if (inner.matches(invisible)) continue;
+        const r = inner.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0) { lo = Math.min(lo, r.left); hi = Math.max(hi, r.right); }
+        if (!scrolls(getComputedStyle(inner))) walk(inner);
+      }
+    };
+    walk(el);
     return Math.round(Math.max(hi - right, left - lo));
   };
   for (const el of [root, ...root.querySelectorAll('*')]) {
@@ -144,14 +147,17 @@ OVERFLOW_JS = r"""
     if (cs.position === 'fixed' || cs.position === 'absolute') { overlays.push(el); continue; }
     if (el.tagName.startsWith('MJX-') && el.tagName !== 'MJX-CONTAINER') continue;
     if (clips(cs) || scrolls(cs)) {
-      handled.push(el);            // what is inside is this box's business
+      // what a scrolling box holds is reachable through it; a clipping box that cuts something
+      // off is reported once, the boxes inside it not
+      if (scrolls(cs)) handled.push(el);
       if (el.scrollWidth <= el.clientWidth + 1) continue;      // nothing out of view (cheap test)
       const hidden = past(el);
       if (hidden <= 1) continue;
       const bar = el.offsetHeight - el.clientHeight - parseFloat(cs.borderTopWidth) - parseFloat(cs.borderBottomWidth);
-      if (clips(cs))
+      if (clips(cs)) {
         out.push(`cut off: ${hidden} px hidden (overflow-x: ${cs.overflowX}): ${describe(el)}`);
-      else if (bar < 2)
+        handled.push(el);
+      } else if (bar < 2)
         out.push(`scrolls sideways (${hidden} px out of view) but shows no scrollbar: ${describe(el)}`);
       if (el !== root) {
         const box = el.getBoundingClientRect();
