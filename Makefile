@@ -14,7 +14,8 @@ help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
 	@echo "make test   run the package tests, nbval on every notebook, and the book build"
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
-	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets;"
+	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets,"
+	@echo "            content cut off at 1280 or 390 px;"
 	@echo "            screenshots in _build/screenshots/ (needs Debian's chromium)"
 	@echo "make handout  students' notebooks without answers or outputs, in _build/handout/"
 	@echo "make assignments  the coding exercises as an nbgrader course in _build/assignments/"
@@ -60,8 +61,8 @@ assignments: $(STAMP)
 
 CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
 
-# pytest collects tests/ and, through nbval, every notebook in book/ (norecursedirs keeps
-# the executed copies under _build/ out). Both steps always run; either failing fails.
+# pytest collects tests/ and, through nbval (make pytest), every notebook in book/ (norecursedirs
+# keeps the executed copies under _build/ out). Both steps always run; either failing fails.
 test: $(STAMP)
 	@status=0; \
 	$(MAKE) --no-print-directory book || status=1; \
@@ -72,9 +73,21 @@ test: $(STAMP)
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
 
+# The notebooks' outputs are stored with the kernels OpenBLAS picks itself (no OPENBLAS_CORETYPE;
+# SkylakeX, AVX-512, on the machine that stores them). nbval re-executes them under another
+# kernel set, NBVAL_CORETYPE (Sandybridge: AVX, which every x86-64 CPU that runs CI has), so an
+# output that depends on the BLAS kernels fails here rather than on a reader's machine. Other
+# architectures keep their own kernels. The package tests run with the environment as it is.
+NBVAL_CORETYPE ?= Sandybridge
+NBVAL_ENV := $(if $(filter x86_64,$(shell uname -m)),OPENBLAS_CORETYPE=$(NBVAL_CORETYPE))
+
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests book --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider
+	@status=0; \
+	$(BIN)/python -m pytest tests -p no:cacheprovider || status=1; \
+	echo "nbval: every notebook in book/, $(or $(NBVAL_ENV),OpenBLAS's own kernels)"; \
+	$(NBVAL_ENV) $(BIN)/python -m pytest book --nbval --nbval-current-env \
+	    --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider || status=1; \
+	exit $$status
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
@@ -83,13 +96,18 @@ lab: $(STAMP)
 # (bench-quick: bench-results/quick/); torch (requirements-bench.txt) is optional for the
 # package and installed here only.
 # Options: $(BIN)/python -m flashlab.bench --help
+# torch is optional: when pip cannot install it (offline, no wheel for this platform or Python)
+# the benchmark still runs and lists the torch SDPA cases as skipped, with the reason
+BENCH_DEPS = $(BIN)/python -m pip install --quiet -r requirements-bench.txt \
+	|| echo "make: torch (requirements-bench.txt) could not be installed; running without it: the torch SDPA cases are skipped"
+
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	@$(BENCH_DEPS)
 	$(BIN)/python -m flashlab.bench
 	$(BIN)/python -m flashlab.bench --ceiling-only
 
 bench-quick: $(STAMP)
-	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	@$(BENCH_DEPS)
 	$(BIN)/python -m flashlab.bench --quick
 
 clean:

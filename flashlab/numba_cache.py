@@ -54,37 +54,54 @@ def _in_tree_writable() -> bool:
 
 
 def _user_folders() -> list[Path]:
+    """The user cache folders to try, in order. A folder that cannot even be named is left out:
+    no home directory (``Path.home()`` raises ``RuntimeError``), or no usable temporary folder
+    (``tempfile.gettempdir()`` raises ``FileNotFoundError`` when none of ``TMPDIR``, ``TEMP``,
+    ``TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp`` and the working folder can be written)."""
     folders = []
     if os.environ.get("XDG_CACHE_HOME"):
         folders.append(Path(os.environ["XDG_CACHE_HOME"]) / "flashlab-numba")
-    folders.append(Path.home() / ".cache" / "flashlab-numba")
+    try:
+        folders.append(Path.home() / ".cache" / "flashlab-numba")
+    except RuntimeError:
+        pass
     try:
         user = getpass.getuser()
     except Exception:  # no user name (some containers): the uid still separates users
         user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    folders.append(Path(tempfile.gettempdir()) / f"flashlab-numba-{user}")
+    try:
+        folders.append(Path(tempfile.gettempdir()) / f"flashlab-numba-{user}")
+    except OSError:
+        pass
     return folders
 
 
 def choose_cache() -> tuple[bool, str | None]:
-    """(cache on disk?, the folder when it is not Numba's default)."""
+    """(cache on disk?, the folder when it is not Numba's default).
+
+    Warns at most once (one ``RuntimeWarning`` per call, none when the install is writable):
+    a warning names the folder chosen, or says that every process compiles the kernels.
+    """
+    unusable = ""
     if config.CACHE_DIR:
         if _writable(Path(config.CACHE_DIR)):
             return True, config.CACHE_DIR
-        warnings.warn(f"flashlab: NUMBA_CACHE_DIR={config.CACHE_DIR} is not writable; looking "
-                      f"for another folder for the compiled kernels", RuntimeWarning, stacklevel=3)
+        unusable = f"NUMBA_CACHE_DIR={config.CACHE_DIR} is not writable"
     elif _in_tree_writable():
         return True, None
+    else:
+        unusable = f"its install folder {_PACKAGE} is read-only"
     for folder in _user_folders():
         if _writable(folder):
             config.CACHE_DIR = str(folder)
-            warnings.warn(f"flashlab: its install folder {_PACKAGE} is read-only; the compiled "
-                          f"kernels are cached in {folder} (set NUMBA_CACHE_DIR to choose)",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"flashlab: {unusable}; the compiled kernels are cached in {folder} "
+                          f"(set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=3)
             return True, str(folder)
-    warnings.warn("flashlab: no writable folder for Numba's cache (install folder, "
-                  "NUMBA_CACHE_DIR, ~/.cache, temp dir); kernels are compiled in every new process",
-                  RuntimeWarning, stacklevel=3)
+    # Numba must not look for a cache folder either: cache=False decorators never do
+    config.CACHE_DIR = ""
+    warnings.warn(f"flashlab: {unusable} and there is no other writable folder for Numba's "
+                  "cache (NUMBA_CACHE_DIR, ~/.cache, the temporary folder); the kernels are "
+                  "compiled in this process and in every new one", RuntimeWarning, stacklevel=3)
     return False, None
 
 

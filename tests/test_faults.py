@@ -206,8 +206,9 @@ def test_cache_folder_choice(monkeypatch, tmp_path):
     monkeypatch.setattr(numba_cache.config, "CACHE_DIR", "")
     monkeypatch.setattr(numba_cache, "_user_folders", lambda: [tmp_path / "a", tmp_path / "b"])
     # nothing writable: no on-disk cache, a warning
-    with pytest.warns(RuntimeWarning, match="no writable folder"):
+    with pytest.warns(RuntimeWarning, match="no other writable folder") as record:
         assert numba_cache.choose_cache() == (False, None)
+    assert len(record) == 1
     # the install read-only, the second user folder writable: it is used and named
     writable.add(tmp_path / "b")
     with pytest.warns(RuntimeWarning, match="read-only; the compiled kernels are cached in"):
@@ -254,6 +255,45 @@ def test_import_from_a_read_only_install(tmp_path):
     finally:
         for target in reversed(mounted):
             subprocess.run(["umount", str(target)])
+
+
+def test_import_without_a_temporary_folder(tmp_path):
+    """No writable temporary folder at all (``tempfile.gettempdir()`` raises FileNotFoundError),
+    no writable NUMBA_CACHE_DIR and no home: ``import flashlab`` works, the kernels are compiled
+    in the process, and flashlab warns once."""
+    missing = tmp_path / "no-such-folder"
+    blocker = tmp_path / "a-file"           # a folder below a regular file can never be made
+    blocker.write_text("")
+    script = textwrap.dedent("""
+        import os, tempfile, warnings
+        # a machine where none of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp and the working
+        # folder is usable: gettempdir() only tries the (missing) folder the variables name
+        tempfile._candidate_tempdir_list = lambda: [os.environ["TMPDIR"]]
+        try:
+            tempfile.gettempdir()
+            raise SystemExit("gettempdir found a folder")
+        except FileNotFoundError:
+            pass
+        import numpy as np
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            import flashlab
+            from flashlab import numba_cache
+            q = np.ones((1, 1, 3, 4), np.float32)
+            o, lse = flashlab.flash_attention(q, q, q)
+        mine = [str(x.message) for x in w if "flashlab" in str(x.message)]
+        print(numba_cache.CACHE, len(mine), float(o.sum()))
+        print(mine[0] if mine else "")
+    """)
+    env = dict(os.environ, TMPDIR=str(missing), TEMP=str(missing), TMP=str(missing),
+               NUMBA_CACHE_DIR=str(blocker / "cache"), HOME=str(blocker / "home"))
+    env.pop("XDG_CACHE_HOME", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, message = out.stdout.splitlines()[:2]
+    assert first == "False 1 12.0", out.stdout
+    assert "compiled in this process" in message and "NUMBA_CACHE_DIR" in message
 
 
 # ------------------------------------------------------------------------ 7. broadcast masks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -239,3 +240,72 @@ def test_exercises_page_names_each_chapters_function_and_checker():
         assert re.search(rf"def {fn}\({re.escape(args.split(',')[0])}", source), f"{chapter}: no def {fn}({args})"
         assert f"{checker}({fn})" in source, f"{chapter}: does not call {checker}({fn})"
         assert hasattr(ex, checker)
+
+
+def test_web_assets_offline_prints_one_message_naming_the_missing_assets(monkeypatch, tmp_path, capsys):
+    import urllib.error
+
+    def offline(url, timeout):
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(web_assets.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(web_assets, "VENDOR", tmp_path)
+    assert web_assets.main([]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "Temporary failure in name resolution" in err
+    for asset in web_assets.ASSETS:         # every missing asset named, and the fetch command
+        assert f"{asset.name}@{asset.version}" in err
+    assert "python tools/web_assets.py" in err
+
+
+OVERFLOW_PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<style>body{margin:0} article{width:300px;margin-left:20px} .clip{overflow:hidden}
+.scroll{overflow-x:auto} .wide{width:600px;height:10px;background:#888}
+.styled::-webkit-scrollbar{height:8px} .styled::-webkit-scrollbar-thumb{background:#999}
+.sr-only{position:absolute;width:1px;height:1px;overflow:hidden}</style></head><body>
+<article class="bd-article">
+<section id="cut"><div class="math clip"><div class="wide">an equation</div></div></section>
+<section id="out"><pre>a_very_long_code_line_without_any_space_that_runs_far_to_the_right_of_the_column</pre></section>
+<section id="hidden-bar"><div class="math clip"><div class="scroll"><div class="wide">an equation that scrolls unseen</div></div></div></section>
+<section id="fine"><div class="scroll styled"><div class="wide">a table with its scrollbar</div></div>
+<span class="math clip">x<span class="sr-only">the formula read aloud, much wider than the formula</span></span>
+<span class="sr-only">screen-reader text that is clipped on purpose</span><p>short text</p></section>
+</article></body></html>"""
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium")
+def test_overflow_probe_reports_cut_off_hidden_scroll_and_sticking_out_content_only(tmp_path):
+    from tools.check_site import CDP, WIDTHS, _launch_chromium, _overflow_problems
+
+    page = tmp_path / "page.html"
+    page.write_text(OVERFLOW_PAGE)
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    proc, ws_url = _launch_chromium(shutil.which("chromium"), profile)
+    try:
+        cdp = CDP(ws_url)
+        target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        cdp.send("Page.enable", session=session)
+        cdp.send("Page.navigate", {"url": page.as_uri()}, session=session)
+        assert cdp.wait_event("Page.loadEventFired", session, 30)
+        for width in WIDTHS.values():
+            found = _overflow_problems(cdp, session, width)
+            assert len(found) == 3, found
+            cut, unseen, out = found
+            assert cut.startswith(f"at {width} px: cut off: 300 px hidden") and "#cut" in cut
+            assert "shows no scrollbar" in unseen and "#hidden-bar" in unseen
+            assert "sticks out of the text column" in out and "#out" in out and "a_very_long" in out
+            assert not any("#fine" in problem for problem in found)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_phone_screenshot_is_named_after_the_page_and_is_no_element_shot():
+    from tools.check_site import phone_shot_path
+
+    shot = phone_shot_path(Path("_build/screenshots/masks.png"))
+    assert shot.name == "masks-phone.png"
+    assert not shot.stem.removeprefix("masks-").isdigit()       # not taken for <page>-<n>.png

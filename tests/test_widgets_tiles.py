@@ -149,7 +149,8 @@ def test_walk_view_one_row_qblocks_and_legend():
         if np.isfinite(st.m).all():
             assert finite.sum() == 2 and x[finite][1] - x[finite][0] > 0.5   # a visible segment
         visible = [b for b in view.l_bars if b.get_visible()]
-        assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]))
+        # l drawn rounded to 2 significant digits (the same pixels on every BLAS kernel set)
+        assert len(visible) == 1 and visible[0].get_height() == pytest.approx(float(st.l[0]), rel=0.05)
     labels = [t.get_text() for t in view.fig.legends[0].get_texts()]
     assert any("computed earlier" in t for t in labels) and any("skipped" in t for t in labels)
     assert any("current tile" in t for t in labels)
@@ -202,3 +203,33 @@ def test_walk_view_png_is_a_full_draw_without_one(mask_kind, block_q):
         whole = png_bytes(view.fig)            # a whole render of the same step
         full_draws.clear()
         assert (pixels(png) == pixels(whole)).all(), f"step {index}: blitted PNG differs"
+
+
+def test_walk_frames_are_the_same_pixels_when_the_float32_state_moves_in_its_last_digits():
+    """The stored animation must not depend on the BLAS kernels: another kernel set changes the
+    float32 running state (m, l, the partial output) in its 7th digit and the rounding-level
+    errors by up to 3x. A frame drawn from such a state is the same PNG."""
+    import dataclasses
+
+    from flashlab.viz.tiles import WalkView, _steady
+
+    walk, o_ref = walk_demo(36, 36, 8, 8, mask_kind="causal")
+    rng = np.random.default_rng(1)
+
+    def nudge(x):       # a relative change of up to 2 float32 ulps, as another summation order
+        x = np.asarray(x)
+        return (x * (1 + rng.uniform(-2.4e-7, 2.4e-7, x.shape))).astype(x.dtype)
+
+    moved = dataclasses.replace(walk, steps=[dataclasses.replace(
+        st, m=nudge(st.m), m_prev=nudge(st.m_prev), l=nudge(st.l), o_partial=nudge(st.o_partial))
+        for st in walk.steps])
+    a, b = WalkView(walk, o_ref, dpi=40), WalkView(moved, o_ref, dpi=40)
+    for index in frame_indices(walk):
+        a.update(index)
+        b.update(index)
+        assert a.png() == b.png(), f"step {index}: the frame changed"
+    # the last tile of a q-block: every error is float32 rounding, drawn at 1e-6
+    last = [i for i in frame_indices(walk) if walk.steps[i].kb == walk.steps[i].qb][-1]
+    a.update(last)
+    assert {bar.get_height() for bar in a._e_bars if bar.get_visible()} == {1e-6}
+    assert list(_steady([0.0, 1.234, -0.05678, np.inf, np.nan], 2)[:3]) == [0.0, 1.2, -0.057]

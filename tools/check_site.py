@@ -11,9 +11,15 @@ unreachable: a proxy that refuses connections and a resolver that finds no name)
 * math was typeset (MathJax loaded from the site, not a CDN);
 * a notebook page was executed: it has cell outputs and no error output;
 
+* nothing in the text column overflows without a visible way to reach it, with the window 1280
+  px wide and 390 px wide (a phone): no box that clips its content (a wide equation cut at the
+  column's edge), no box that scrolls without a scrollbar on a device with overlay scrollbars,
+  nothing sticking out of the column (:data:`OVERFLOW_JS`);
+
 and, over every HTML file of the site, that each internal link points to an existing file
 and, if it has a ``#fragment``, to an existing anchor in it. One screenshot per page is
-saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels), and
+saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels), one
+at the phone's width as ``<page>-phone.png``, and
 one per animation and saved widget view on it, scrolled into view and clipped to the element,
 as ``<page>-<n>.png`` (n = 1, 2, ... in page order): these show the tile explorer and the
 animations even where the page is taller than the full-page screenshot.
@@ -84,6 +90,98 @@ PAGE_PROBE = r"""
   };
 })()
 """ % (CJK_FAMILY, CJK_FILE)
+
+
+#: the window widths every page is checked at: a laptop, and a phone (portrait)
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+# Content that overflows with no way to reach it, in the page's text column (the article), as a
+# list of descriptions. Three kinds:
+# 1. a box that clips (overflow-x hidden or clip) with content past its edges: the rest is cut
+#    off. The content is measured from the boxes inside it (not scrollWidth, which counts
+#    MathJax's invisible assistive MathML, as wide as the formula, beside the formula);
+# 2. a box that scrolls (overflow-x auto or scroll) and has content out of view, but shows no
+#    scrollbar. The check runs with overlay scrollbars, as macOS and phones draw them: none until
+#    one scrolls, so a reader cannot see that there is more. A styled scrollbar (the book's
+#    wide-content.css) is drawn always and takes its height in the box;
+# 3. a box that sticks out of the text column with no scrolling box between it and the column:
+#    it runs under the sidebar or off the screen.
+# Skipped: what is not shown (display none, visibility hidden, screen-reader-only text, MathJax's
+# assistive MathML and its layout internals) and positioned overlays.
+OVERFLOW_JS = r"""
+(() => {
+  const root = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const rootBox = root.getBoundingClientRect();
+  const out = [], overlays = [], handled = [], spilling = [];
+  const describe = el => {
+    let name = el.tagName.toLowerCase() + [...el.classList].slice(0, 3).map(c => '.' + c).join('');
+    const section = el.closest('section[id]');
+    const text = (el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 70);
+    return `${name}${section ? ' in #' + section.id : ''}: "${text}"`;
+  };
+  const invisible = '.sr-only, .visually-hidden, mjx-assistive-mml, [hidden]';
+  const shown = (el, cs) => cs.display !== 'none' && cs.visibility !== 'hidden' && !el.closest(invisible);
+  const scrolls = cs => cs.overflowX === 'auto' || cs.overflowX === 'scroll';
+  const clips = cs => cs.overflowX === 'hidden' || cs.overflowX === 'clip';
+  // how far the boxes inside el reach past el's padding box, left and right (CSS px); a box that
+  // scrolls counts with its own box, not with what it scrolls (that is its own check)
+  const past = el => {
+    const box = el.getBoundingClientRect(), cs = getComputedStyle(el);
+    const left = box.left + parseFloat(cs.borderLeftWidth), right = box.right - parseFloat(cs.borderRightWidth);
+    let lo = left, hi = right;
+    const walk = parent => {
+      for (const inner of parent.children) {
+        if (inner.matches(invisible)) continue;
+        const r = inner.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0) { lo = Math.min(lo, r.left); hi = Math.max(hi, r.right); }
+        if (!scrolls(getComputedStyle(inner))) walk(inner);
+      }
+    };
+    walk(el);
+    return Math.round(Math.max(hi - right, left - lo));
+  };
+  for (const el of [root, ...root.querySelectorAll('*')]) {
+    if (overlays.some(o => o.contains(el)) || handled.some(h => h.contains(el))) continue;
+    const cs = getComputedStyle(el);
+    if (!shown(el, cs)) continue;
+    if (cs.position === 'fixed' || cs.position === 'absolute') { overlays.push(el); continue; }
+    if (el.tagName.startsWith('MJX-') && el.tagName !== 'MJX-CONTAINER') continue;
+    if (clips(cs) || scrolls(cs)) {
+      // what a scrolling box holds is reachable through it; a clipping box that cuts something
+      // off is reported once, the boxes inside it not
+      if (scrolls(cs)) handled.push(el);
+      if (el.scrollWidth <= el.clientWidth + 1) continue;      // nothing out of view (cheap test)
+      const hidden = past(el);
+      if (hidden <= 1) continue;
+      const bar = el.offsetHeight - el.clientHeight - parseFloat(cs.borderTopWidth) - parseFloat(cs.borderBottomWidth);
+      if (clips(cs)) {
+        out.push(`cut off: ${hidden} px hidden (overflow-x: ${cs.overflowX}): ${describe(el)}`);
+        handled.push(el);
+      } else if (bar < 2)
+        out.push(`scrolls sideways (${hidden} px out of view) but shows no scrollbar: ${describe(el)}`);
+      if (el !== root) {
+        const box = el.getBoundingClientRect();
+        const beyond = Math.round(Math.max(box.right - rootBox.right, rootBox.left - box.left));
+        if (beyond > 1) spilling.push([el, beyond]);
+      }
+      continue;
+    }
+    if (el === root) continue;
+    // the box, or its content spilling out of it (overflow visible), past the column's edges
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 && box.height === 0) continue;
+    const right = Math.max(box.right, box.left + el.scrollWidth);
+    const beyond = Math.round(Math.max(right - rootBox.right, rootBox.left - box.left));
+    if (beyond > 1) spilling.push([el, beyond]);
+  }
+  // the innermost of nested spilling boxes names the culprit (its ancestors only carry it)
+  for (const [el, beyond] of spilling) {
+    if (!spilling.some(([other]) => other !== el && el.contains(other)))
+      out.push(`sticks out of the text column by ${beyond} px: ${describe(el)}`);
+  }
+  return out;
+})()
+"""
 
 
 # The elements that get a screenshot of their own, in page order: animations (matplotlib's
@@ -255,7 +353,7 @@ def _serve(html_root: Path) -> tuple[http.server.ThreadingHTTPServer, int]:
 def _launch_chromium(binary: str, profile: Path) -> tuple[subprocess.Popen, str]:
     args = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-default-apps", "--hide-scrollbars", "--mute-audio",
+            "--disable-default-apps", "--mute-audio",      # scrollbars shown: the overflow check measures them
             # network off: every host but 127.0.0.1 unresolvable, and any connection through a
             # proxy that refuses it (loopback bypasses proxies)
             "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
@@ -354,6 +452,7 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
             problems.append("notebook page has no cell outputs (not executed?)")
         if probe["errorOutputs"]:
             problems.append(f"{probe['errorOutputs']} error outputs (tracebacks) on the page")
+        problems += _overflow_problems(cdp, session, WIDTHS["desktop"])
         height = min(max_height, int(probe["height"]))
         cdp.send("Emulation.setDeviceMetricsOverride",
                  {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
@@ -361,9 +460,38 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
         png = cdp.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
         shot.write_bytes(base64.b64decode(png))
         problems += _element_shots(cdp, session, shot)
+        # the phone: the same checks of overflow at 390 px, and a screenshot <page>-phone.png
+        problems += _overflow_problems(cdp, session, WIDTHS["phone"])
+        page_height = cdp.send("Runtime.evaluate", {"expression": "document.documentElement.scrollHeight",
+                                                    "returnByValue": True}, session=session)["result"]["value"]
+        cdp.send("Emulation.setDeviceMetricsOverride",
+                 {"width": WIDTHS["phone"], "height": min(max_height, int(page_height)),
+                  "deviceScaleFactor": 1, "mobile": True}, session=session)
+        cdp.drain(0.3)
+        png = cdp.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
+        phone_shot_path(shot).write_bytes(base64.b64decode(png))
         return problems
     finally:
         cdp.send("Target.closeTarget", {"targetId": target})
+
+
+def phone_shot_path(shot: Path) -> Path:
+    """``<page>-phone.png`` beside the page's own screenshot ``<page>.png`` (390 px wide)."""
+    return shot.with_name(f"{shot.stem}-phone{shot.suffix}")
+
+
+def _overflow_problems(cdp: CDP, session: str, width: int) -> list[str]:
+    """:data:`OVERFLOW_JS` on the open page with the window ``width`` CSS pixels wide.
+
+    The page is laid out as on a device with overlay scrollbars (DevTools' mobile emulation:
+    macOS and phones draw none until one scrolls), so a box that scrolls passes only when it
+    draws a scrollbar of its own."""
+    cdp.send("Emulation.setDeviceMetricsOverride",
+             {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": True}, session=session)
+    cdp.drain(0.5)      # the relayout, and MathJax's re-measuring of its containers
+    found = cdp.send("Runtime.evaluate", {"expression": OVERFLOW_JS, "returnByValue": True},
+                     session=session)["result"]["value"]
+    return [f"at {width} px: {problem}" for problem in found]
 
 
 def _element_shots(cdp: CDP, session: str, shot: Path) -> list[str]:
@@ -401,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=2.0,
                     help="seconds to let scripts render after load (then it polls up to 20 s more)")
     ap.add_argument("--max-height", type=int, default=6000, help="screenshot height cap in pixels")
-    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser")
+                    or shutil.which("google-chrome"))
     args = ap.parse_args(argv)
     if not args.chromium:
         print("check-site: chromium not found (apt-get install chromium)", file=sys.stderr)

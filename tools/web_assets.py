@@ -118,10 +118,29 @@ def main(argv: list[str] | None = None) -> int:
         for a in missing:
             print(f"missing: {a.name}@{a.version} in _vendor/{a.target}", file=sys.stderr)
         return 1 if missing else 0
-    for a in missing:
+    for n, a in enumerate(missing):
         print(f"fetching {a.name}@{a.version} from the npm registry into _vendor/{a.target}")
-        fetch(a)
+        try:
+            fetch(a)
+        except OSError as error:   # URLError, a timeout, a refused connection: offline
+            print(offline_message(missing[n:], error), file=sys.stderr)
+            return 1
     return 0
+
+
+def offline_message(missing: list[Asset], error: BaseException) -> str:
+    """One message for a failed download: what is missing, why, and the command to fetch it.
+
+    ``make book`` stops with it instead of a ``URLError`` traceback when the machine is
+    offline (or the registry unreachable) and ``_vendor/`` lacks an asset.
+    """
+    reason = getattr(error, "reason", None) or error
+    names = "\n".join(f"  {a.name}@{a.version}  ({a.url}) -> _vendor/{a.target}" for a in missing)
+    return (f"web_assets: cannot download the web assets the book needs ({reason}).\n"
+            f"Missing:\n{names}\n"
+            f"The book serves them itself so that the site works offline; fetch them once with a "
+            f"network connection:\n  python tools/web_assets.py      (or: make assets)\n"
+            f"then run make book again.")
 
 
 if __name__ == "__main__":

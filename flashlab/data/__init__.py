@@ -10,6 +10,7 @@ Each file records the command that wrote it, its date, machine and versions:
 ``ceiling_avx512.json``  the same with ``OPENBLAS_CORETYPE`` unset (AVX-512 kernels)
 ``train_tiny.json``      ``python examples/train_tiny.py``
 ``performance_live.json``  ``python -m flashlab.bench._page flashlab/data/performance_live.json``
+``backward_ratio.json``  ``python tools/backward_ratio.py`` (one thread, N = 1024, quiet machine)
 ``gpu_bench.json``       ``python -m flashlab.gpu.bench`` on a CUDA GPU (absent until a GPU run is committed)
 =======================  ==========================================================================
 

@@ -34,6 +34,25 @@ _CLASS_LABEL = {EMPTY: "empty (skipped)", PARTIAL: "partial (masked per element)
 _MASKED_FADE = 0.75
 #: floor of the log-scale error axis (an exact partial output would otherwise vanish)
 ERR_FLOOR = 1e-12
+#: an error below this is rounding of the compute dtype, drawn at this height: float32 rows end
+#: at 3e-8..4e-7, and which value depends on the BLAS kernels (their summation order)
+_ROUNDING = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): ERR_FLOOR}
+#: significant digits of the values a walk frame draws (m, l, errors, axis limits)
+_DIGITS = 2
+
+
+def _steady(x, digits: int = _DIGITS) -> np.ndarray:
+    """``x`` (any shape) rounded to ``digits`` significant digits; NaN and inf pass through.
+
+    A frame of the walk is stored as PNG in the book and compared by the tests, so it must come
+    out the same pixels under every BLAS kernel set and thread count: the float32 running state
+    differs between kernel sets in its 7th digit, enough to move an edge by a fraction of a pixel
+    (anti-aliased: other pixel values). Rounded to 2 digits (1 % of the value, about a pixel on
+    these panels) the values agree unless one sits within ~1e-7 of a rounding boundary.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    # through the decimal string (as printed with `digits` digits): 1.234 -> 1.2 exactly
+    return np.vectorize(lambda v: float(f"{v:.{digits - 1}e}"), otypes=[np.float64])(x)
 
 
 def _tile_bounds(index: int, block: int, size: int) -> tuple[int, int]:
@@ -129,7 +148,9 @@ def _qblock_limits(walk, qb: int) -> tuple[tuple[float, float], float]:
     m_lo, m_hi = (np.nanmin(ms), np.nanmax(ms)) if np.isfinite(ms).any() else (-1.0, 1.0)
     pad = max(0.1 * (m_hi - m_lo), 0.5)      # at least +-0.5: one row's m is a visible mark
     l_hi = max(float(np.max([st.l.max() for st in steps])), 1e-3)
-    return (m_lo - pad, m_hi + pad), 1.1 * l_hi
+    # rounded, as the drawn values: limits (so ticks) the same under every BLAS kernel set
+    (m_lo, m_hi), l_hi = _steady([m_lo - pad, m_hi + pad]), float(_steady(1.1 * l_hi))
+    return (float(m_lo), float(m_hi)), l_hi
 
 
 def _row_segments(rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +216,7 @@ class WalkView:
         xy = np.array([centre(walk.steps[i]) for i in computed]).reshape(-1, 2)
         self._dot_x, self._dot_y = xy[:, 0], xy[:, 1]
         self._limits = {qb: _qblock_limits(walk, qb) for qb in range(walk.n_qb)}
+        self._rounding = _ROUNDING.get(walk.o.dtype, ERR_FLOOR)
 
         # ---- the left half: block map with the Q, K, V strips
         left_fig, right_fig = fig.subfigures(1, 2, width_ratios=[1.2, 1.0])
@@ -238,7 +260,8 @@ class WalkView:
         self.ax_e.set_yscale("log")
         self.ax_e.set_ylim(ERR_FLOOR * 0.1, 10.0)
         self.ax_e.set_yticks([1e-12, 1e-6, 1.0], ["1e-12", "1e-6", "1"])
-        self.ax_e.set_title("error of the partial output Õ/ℓ, per row", fontsize=f["title"],
+        floor = "" if self._rounding <= ERR_FLOOR else f" (rounding: at {self._rounding:.0e})".replace("e-0", "e-")
+        self.ax_e.set_title(f"error of the partial output Õ/ℓ, per row{floor}", fontsize=f["title"],
                             loc="left")
         self.ax_e.set_xlabel("query row i of the current q-block", fontsize=f["label"])
         self.ax_e.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True, min_n_ticks=1))
@@ -279,21 +302,25 @@ class WalkView:
         self._set_strip("v", on_chip, PALETTE["v"])
         # the running state of the q-block's rows
         rows = np.arange(i0, i1, dtype=float)
-        self.m_after.set_data(*_row_segments(rows, _finite_or_nan(st.m)))
-        self._m_before.set_data(*_row_segments(rows, _finite_or_nan(st.m_prev)))
+        # every drawn value rounded (_steady): the same pixels under any BLAS kernel set
+        self.m_after.set_data(*_row_segments(rows, _steady(_finite_or_nan(st.m))))
+        self._m_before.set_data(*_row_segments(rows, _steady(_finite_or_nan(st.m_prev))))
         (m_lo, m_hi), l_hi = self._limits[st.qb]
         self.ax_m.set_ylim(m_lo, m_hi)
         self.ax_l.set_ylim(0, l_hi)
+        l_shown = _steady(st.l)
+        # err = max_j |O~/l - O_ref|, per row; below the dtype's rounding it is drawn at that level
         err = np.abs(st.o_partial.astype(np.float64) - self.o_ref[i0:i1]).max(axis=1)
+        err = _steady(np.maximum(err, self._rounding))
         for k, (lb, eb) in enumerate(zip(self.l_bars, self._e_bars)):
             shown = k < rows.size
             lb.set_visible(shown)
             eb.set_visible(shown)
             if shown:
                 lb.set_x(rows[k] - _ROW_HALF)
-                lb.set_height(float(st.l[k]))
+                lb.set_height(float(l_shown[k]))
                 eb.set_x(rows[k] - _ROW_HALF)
-                eb.set_height(float(max(err[k], ERR_FLOOR)))
+                eb.set_height(float(err[k]))
         self.ax_e.set_xlim(i0 - 0.6, i0 + walk.block_q - 0.4)
         if self._suptitle is not None:
             if st.skipped:
