@@ -67,7 +67,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     """
     decode = uses_decode(p)
     if not p.kv_scanned and not decode:
-        scan_kv(p)
+        p = scan_kv(p)
     if check_overflow is None:
         # without k's scan (decode checks what it reads) there is no bound: check every tile
         check_overflow = scores_may_overflow(p, compute_dtype(p.dtype)) if p.kv_scanned else True
@@ -131,7 +131,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
         # the whole of K and V scanned, for the message; the key rows the band kept the kernel
         # from reading are scanned here (none without causal/window).
         if nonfinite.any() or not np.isfinite(part_acc).all():
-            scan_kv(p)
+            scan_kv(p)              # raises: the message names k or v
         else:
             kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
             scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0

@@ -408,6 +408,12 @@ def _softmax_operand(name: str, x, st: Setup) -> np.ndarray:
                         f"got {type(x).__name__}")
     if x.shape != expected:
         raise ValueError(f"{name} must have shape {expected} (the forward's); got {x.shape}")
+    want = np.dtype(stats_dtype(st))
+    if x.dtype != want:
+        # the documented dtype is float32 (float64 is flashlab's extension for float64 inputs):
+        # an int or float16 statistic is not one the forward wrote
+        raise TypeError(f"{name} must have dtype {want.name} (the forward's softmax statistics "
+                        f"for {np.dtype(st.io_dtype).name} inputs); got {x.dtype}")
     return _stats_in(x, st)
 
 
@@ -422,7 +428,9 @@ def lse_from_stats(m: np.ndarray, s: np.ndarray) -> np.ndarray:
     way to write "no key", is read the same way. Raises ``ValueError`` for any other row
     without a finite max and a positive sum.
     """
-    empty = (m <= EMPTY_ROW_MAX) | (s == 0.0)
+    # a row with no allowed key is known by its max (float32's lowest, or -inf); a finite max
+    # with a sum <= 0 is not a softmax row (the LSE would be -inf or NaN): refused below
+    empty = m <= EMPTY_ROW_MAX
     bad = ~empty & ~(np.isfinite(m) & np.isfinite(s) & (s > 0.0))
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
