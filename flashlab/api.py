@@ -11,6 +11,9 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import numba
 import numpy as np
 
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
@@ -29,6 +32,32 @@ __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "com
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 _NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
+
+
+#: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the Numba
+#: kernels on the calling thread alone: waking the pool costs more than the work (see
+#: :func:`serial_if_small`)
+SMALL_WORK = 1 << 22
+
+
+@contextmanager
+def serial_if_small(p: Problem):
+    """Run the kernels of a small problem with one Numba thread (inside the block only).
+
+    Every kernel gives the same bits for any thread count (the tests check it), so this
+    changes the time only: at (1, 16, 1, 8) a parallel launch waits for pool threads that
+    torch's spinning OpenMP threads keep off the cores (measured on the 2-core machine).
+    """
+    B, H, _, Sq, Sk, Dqk, Dv = p.shape
+    if B * H * Sq * Sk * (Dqk + Dv) > SMALL_WORK:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
 
 
 def compute_dtype(dtype: np.dtype) -> type:
@@ -215,7 +244,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
-    o, lse, _, _ = forward_with_stats(p)
+    with serial_if_small(p):
+        o, lse, _, _ = forward_with_stats(p)
     return o.astype(p.dtype, copy=False), lse
 
 
@@ -402,7 +432,8 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
-    grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
+    with serial_if_small(p):
+        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
         out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)

@@ -131,16 +131,23 @@ def _finite(**arrays: np.ndarray) -> dict[str, float]:
     return norms
 
 
+#: arrays of at most this many elements are scanned by NumPy in the calling thread: a parallel
+#: Numba launch wakes a thread pool, which next to torch's spinning OpenMP threads cost
+#: 0.13 s per call on this 2-core machine (cProfile of the torch door at (1, 16, 1, 8))
+SMALL_SCAN = 1 << 15
+
+
 def _scan(x: np.ndarray) -> tuple[bool, float]:
     """``(all finite, max squared norm of the last axis in float64)`` of ``x``.
 
     float32/float64 arrays in one parallel Numba pass (:mod:`flashlab.input_scan`: measured
-    ~4x faster than the NumPy below, which matters for decode, see that module).
+    ~4x faster than the NumPy below, which matters for decode, see that module); small ones
+    (``<= SMALL_SCAN`` elements) by NumPy, with no thread pool to wake.
     """
     if x.dtype in HALF_DTYPES:
         # float16/bfloat16 -> float32 is exact (NaN and inf stay), then the same pass
         x = x.astype(np.float32)
-    if x.dtype in (np.float32, np.float64) and x.size:
+    if x.dtype in (np.float32, np.float64) and x.size > SMALL_SCAN:
         from flashlab.input_scan import finite_and_max_sq_norm
         ok, sq = finite_and_max_sq_norm(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
         return bool(ok), float(sq)

@@ -331,21 +331,6 @@ def test_mode8_band_is_the_first_sequence_with_queries():
             actual_seq_kvlen=np.cumsum(k_lens).tolist())
 
 
-def test_prefix_range_is_checked_on_every_entry_as_the_device_does():
-    """GetPrefixNList checks every prefix entry against [max(S2 - S1, 0), S2] with the longest
-    lengths, a TND sequence with Sq = 0 included (it was skipped before)."""
-    q_lens, k_lens = [0, 4], [5, 6]
-    rng = np.random.default_rng(4)
-    q = rng.standard_normal((4, N1, D)).astype(np.float32)
-    k = rng.standard_normal((11, N2, D)).astype(np.float32)
-    v = rng.standard_normal((11, N2, DV)).astype(np.float32)
-    kw = dict(atten_mask=tri6(), sparse_mode=6, actual_seq_qlen=np.cumsum(q_lens).tolist(),
-              actual_seq_kvlen=np.cumsum(k_lens).tolist())
-    cann.flash_attention_score(q, k, v, N1, "TND", prefix=[3, 3], **kw)
-    with pytest.raises(ValueError, match=r"prefix\[0\]=9 out of range.*\[2, 6\]"):
-        cann.flash_attention_score(q, k, v, N1, "TND", prefix=[9, 3], **kw)
-
-
 def test_tnd_trailing_unused_batches():
     """[2, 5, 9, 0, 0]: the last two batches take no part; same result as [2, 5, 9]."""
     rng = np.random.default_rng(5)

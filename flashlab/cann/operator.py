@@ -102,7 +102,18 @@ row gets zero gradients.
 ``ValueError`` (the device computes wrong results), so do the documented ranges: mode 0 with
 negative ``pre_tokens``/``next_tokens``, the TND rules of modes 3, 7, 8, an all-masked row in a
 TND ``atten_mask``, pse with modes 7/8 or with an empty TND sequence. ``padding_mask`` (reserved,
-"暂不支持该传参") raises ``NotImplementedError``.
+"暂不支持该传参") raises ``NotImplementedError``. ``softmax_max``/``softmax_sum`` given to the grad
+must have the dtype the forward wrote (float32; float64 for float64 inputs), and a row with a
+finite max must have a sum > 0.
+
+**Extensions: what this reference accepts and the device does not.** Deliberate, each for
+teaching or testing on a CPU:
+
+* float64 inputs (computed in float64, ``softmax_max``/``softmax_sum`` float64), so that
+  gradients can be checked at float64 accuracy; the device takes float16, bfloat16, float32;
+* ``key_rope`` with any head count dividing ``head_num`` (MLA's is 1);
+* ``block_q``/``block_k`` keywords (the CPU kernels' tile sizes; the device picks its own);
+* ``seed``/``offset`` drive flashlab's SplitMix64 keep mask, not the device's Philox bits.
 
 Sources: CANN ops-transformer docs *FlashAttentionScore*, *FlashAttentionScoreV2*,
 *FlashAttentionScoreGrad*, *FlashAttentionVarLenScoreV4* and *sparse_mode参数说明*
@@ -143,7 +154,7 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
         raise ValueError(f"inner_precise must be 0, 1 or 2 (0, 1 reserved; 2 invalid-row "
                          f"computation); got {ip}")
     # the operator's default is 1.0; pass 1/sqrt(D) for the usual attention
-    as_real("scale", scale, what="a finite real number")
+    as_real("scale", scale, what="a real number")
     if not 0 <= int64("seed", seed) <= (1 << 64) - 1:
         raise ValueError(f"seed must lie in [0, 2**64 - 1]; got {seed}")
     if not 0 <= int64("offset", offset):

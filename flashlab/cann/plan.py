@@ -102,19 +102,6 @@ def _prefix_list(prefix, n: int, lengths: list[tuple[int, int]], where: str) -> 
         if not lo <= p <= sk:
             raise ValueError(f"prefix[{b}]={p} out of range: with Sq={sq}, Sk={sk} it must lie in "
                              f"[{lo}, {sk}] ([0, Sk] when Sq > Sk, else [Sk - Sq, Sk])")
-    # the device's own check, on every entry (a sequence with Sq = 0 included) against the
-    # problem's S1, S2 (TND: the longest query and key lengths): ops-transformer
-    # attention/flash_attention_score/op_host/arch32/flash_attention_score_tiling_general.cpp
-    # @bfbbec8, GetPrefixNList lines 1422-1424: "nMin = max(s2Size - s1Size, 0)", "prefixNData[i]
-    # < nMin || prefixNData[i] > s2Size" -> invalid
-    s1 = max(sq for sq, _ in lengths)
-    s2 = max(sk for _, sk in lengths)
-    n_min = max(s2 - s1, 0)
-    for b, p in enumerate(values):
-        if not n_min <= p <= s2:
-            raise ValueError(f"prefix[{b}]={p} out of range: the device checks every entry against "
-                             f"the longest lengths S1={s1}, S2={s2}: it must lie in [{n_min}, {s2}] "
-                             f"([max(S2 - S1, 0), S2])")
     return values
 
 
