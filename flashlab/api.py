@@ -22,8 +22,8 @@ from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import (Problem, as_bool, contiguous, prepare, scan_kv,
-                                 scores_may_overflow)
+from flashlab.validation import (Problem, as_bool, check_output_like, contiguous, prepare,
+                                 scan_kv, scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
@@ -271,17 +271,8 @@ def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, 
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
     """
     B, H, _, Sq, _, _, Dv = p.shape
-    expected = (B, H, Sq, Dv)
     for name, x in (("do", do), ("o", o)):
-        if not isinstance(x, np.ndarray):
-            raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
-                            f"got {type(x).__name__}")
-        if x.shape != expected:
-            raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
-        if x.dtype != p.dtype:
-            raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or inf; it must be finite")
+        check_output_like(name, x, p)
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
                         f"got {type(lse).__name__}")

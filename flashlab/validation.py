@@ -29,7 +29,7 @@ from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare", "check_alibi_slopes",
-           "check_pair",
+           "check_pair", "check_output_like",
            "scan_kv", "scores_may_overflow"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
@@ -185,6 +185,30 @@ def check_alibi_slopes(alibi_slopes, B: int, H: int) -> np.ndarray:
                          f"got {alibi_slopes.shape}")
     _finite(alibi_slopes=alibi_slopes)
     return alibi_slopes
+
+
+def check_output_like(name: str, x, p: Problem, *, same_dtype: bool = True) -> np.ndarray:
+    """``do`` or ``o`` of a backward: a finite numpy array (B, H, Sq, Dv) of q's dtype.
+
+    The one rule of the kernel backward and the float64 reference backward alike (a nested
+    list, another shape, NaN or inf is refused by both). ``same_dtype=False`` (the float64
+    reference, which computes everything in float64) accepts any of :data:`FLOAT_DTYPES`
+    instead of q's exact dtype. Returns ``x`` unchanged.
+    """
+    B, H, _, Sq, _, _, Dv = p.shape
+    expected = (B, H, Sq, Dv)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
+                        f"got {type(x).__name__}")
+    if x.shape != expected:
+        raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
+    if same_dtype and x.dtype != p.dtype:
+        raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf; it must be finite")
+    return x
 
 
 def check_pair(name: str, x, what: str) -> tuple:

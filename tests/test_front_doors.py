@@ -124,3 +124,19 @@ def test_same_error_through_every_door(case):
     for door, s in stems.items():
         assert s.startswith(shortest), f"{case}: {door} says {s!r}, another door {shortest!r}"
         assert re.match(rf"{argument}\b", s), f"{case}: {door}'s message {s!r} does not name {argument}"
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (lambda do: do.tolist(), TypeError, "do must be a numpy.ndarray"),
+    (lambda do: do[..., :-1], ValueError, r"do must have shape \(B, H, Sq, Dv\)"),
+    (lambda do: np.full_like(do, np.nan), ValueError, "do contains NaN or inf"),
+    (lambda do: do.astype(np.int64), TypeError, "do must"),
+], ids=["nested-list", "shape", "nan", "int"])
+def test_reference_backward_refuses_what_the_kernel_backward_refuses(bad, exc, match):
+    x = good()
+    o, lse = flashlab.flash_attention(**x)
+    do = bad(np.ones_like(o))
+    with pytest.raises(exc, match=match):
+        flashlab.flash_attention_backward(do, **x, o=o, lse=lse)
+    with pytest.raises(exc, match=match):
+        flashlab.attention_reference_backward(do, **x)

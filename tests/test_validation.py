@@ -155,7 +155,7 @@ def test_bad_block_size_raises(entry, kwargs, error, message):
 
 def test_backward_reference_checks_do_shape():
     args = good()
-    with pytest.raises(ValueError, match=r"do must have the output's shape " + esc("(B, H, Sq, Dv) = (2, 4, 5, 3)")):
+    with pytest.raises(ValueError, match=r"do must have shape " + esc("(B, H, Sq, Dv) = (2, 4, 5, 3)")):
         flashlab.attention_reference_backward(np.zeros((B, H, SQ, DQK)), **args)
 
 
