@@ -605,6 +605,17 @@ def test_grad_operand_errors():
         ((do, dict(good, attention_in=out[..., :4])), ValueError, "attention_in"),
         ((do, dict(good, softmax_max=smax[..., :1])), ValueError, "softmax_max"),
         ((do, dict(good, softmax_sum=ssum.tolist())), TypeError, "softmax_sum"),
+        # issue #22: statistics of another dtype than the forward's (float32 here) are refused
+        ((do, dict(good, softmax_max=smax.astype(np.float16))), TypeError,
+         "softmax_max must have dtype float32"),
+        ((do, dict(good, softmax_sum=ssum.astype(np.int32))), TypeError,
+         "softmax_sum must have dtype float32"),
+        ((do, dict(good, softmax_sum=ssum.astype(np.float64))), TypeError,
+         "softmax_sum must have dtype float32"),
+        # a finite max with a sum of 0 (or below) is no softmax row: it gave zero gradients
+        ((do, dict(good, softmax_sum=np.zeros_like(ssum))), ValueError,
+         "must have a finite max and a sum > 0"),
+        ((do, dict(good, softmax_sum=-ssum)), ValueError, "must have a finite max and a sum > 0"),
     ]
     for (dy, kw), exc, text in cases:
         with pytest.raises(exc) as info:
