@@ -151,9 +151,6 @@ def _draw_seed() -> int:
 
 
 # ------------------------------------------------------------------------------ autograd
-_OPTIONS = ("dropout_p", "softmax_scale", "causal", "window_left", "window_right")
-
-
 def _setup_context(ctx, inputs, output):
     q, k, v, dropout_p, scale, causal, wl, wr, alibi_slopes, _ = inputs
     out, lse, seed, _ = output
