@@ -11,6 +11,9 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import numba
 import numpy as np
 
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
@@ -19,8 +22,8 @@ from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import (Problem, as_bool, contiguous, prepare, scan_kv,
-                                 scores_may_overflow)
+from flashlab.validation import (Problem, as_bool, check_output_like, contiguous, prepare,
+                                 scan_kv, scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
@@ -29,6 +32,32 @@ __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "com
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 _NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
+
+
+#: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the Numba
+#: kernels on the calling thread alone: waking the pool costs more than the work (see
+#: :func:`serial_if_small`)
+SMALL_WORK = 1 << 22
+
+
+@contextmanager
+def serial_if_small(p: Problem):
+    """Run the kernels of a small problem with one Numba thread (inside the block only).
+
+    Every kernel gives the same bits for any thread count (the tests check it), so this
+    changes the time only: at (1, 16, 1, 8) a parallel launch waits for pool threads that
+    torch's spinning OpenMP threads keep off the cores (measured on the 2-core machine).
+    """
+    B, H, _, Sq, Sk, Dqk, Dv = p.shape
+    if B * H * Sq * Sk * (Dqk + Dv) > SMALL_WORK:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
 
 
 def compute_dtype(dtype: np.dtype) -> type:
@@ -67,7 +96,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     """
     decode = uses_decode(p)
     if not p.kv_scanned and not decode:
-        scan_kv(p)
+        p = scan_kv(p)
     if check_overflow is None:
         # without k's scan (decode checks what it reads) there is no bound: check every tile
         check_overflow = scores_may_overflow(p, compute_dtype(p.dtype)) if p.kv_scanned else True
@@ -131,7 +160,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
         # the whole of K and V scanned, for the message; the key rows the band kept the kernel
         # from reading are scanned here (none without causal/window).
         if nonfinite.any() or not np.isfinite(part_acc).all():
-            scan_kv(p)
+            scan_kv(p)              # raises: the message names k or v
         else:
             kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
             scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
@@ -215,7 +244,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
-    o, lse, _, _ = forward_with_stats(p)
+    with serial_if_small(p):
+        o, lse, _, _ = forward_with_stats(p)
     return o.astype(p.dtype, copy=False), lse
 
 
@@ -241,17 +271,8 @@ def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, 
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
     """
     B, H, _, Sq, _, _, Dv = p.shape
-    expected = (B, H, Sq, Dv)
     for name, x in (("do", do), ("o", o)):
-        if not isinstance(x, np.ndarray):
-            raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
-                            f"got {type(x).__name__}")
-        if x.shape != expected:
-            raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
-        if x.dtype != p.dtype:
-            raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or inf; it must be finite")
+        check_output_like(name, x, p)
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
                         f"got {type(lse).__name__}")
@@ -402,7 +423,8 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
-    grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
+    with serial_if_small(p):
+        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
         out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)

@@ -62,12 +62,12 @@ import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int, as_real
-from flashlab.validation import FLOAT_DTYPES
+from flashlab.validation import FLOAT_DTYPES, FLOAT_NAMES, check_alibi_slopes, check_pair
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
-           "flash_attn_varlen_func_backward", "band_from_window"]
+           "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -107,7 +107,7 @@ def _array(name: str, x, ndim: int, shape: str) -> np.ndarray:
     if x.ndim != ndim:
         raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got shape {x.shape}")
     if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float16, float32 or float64; got dtype {x.dtype}")
+        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
     return x
 
 
@@ -149,31 +149,37 @@ class _Options:
         return kw
 
 
-def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-             seed, batch: int, heads: int) -> _Options:
+def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deterministic
+                   ) -> tuple[float, float | None, bool, tuple[int, int]]:
+    """flash_attn's scalar options checked: ``(dropout_p, softmax_scale, causal, window_size)``.
+
+    The rules of :mod:`flashlab.arguments` with flash_attn's argument names (the torch front
+    door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
+    and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
+    """
     dropout_p = as_real("dropout_p", dropout_p, lo=0.0, hi=1.0, hi_open=True,
-                        what="a float in [0, 1)")
+                        what="a real number in [0, 1)")
     if softmax_scale is not None:
         softmax_scale = as_real("softmax_scale", softmax_scale, what="a real number or None")
     causal = as_bool("causal", causal)
     as_bool("deterministic", deterministic)
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise TypeError(f"window_size must be a pair (left, right) of ints; got {window_size!r}")
+    window_size = check_pair("window_size", window_size, "ints >= -1")
     window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
                         for side, w in zip(("left", "right"), window_size))
-    softcap = as_real("softcap", softcap, what="a float (0.0 = off)")
+    softcap = as_real("softcap", softcap, what="a real number (0.0 = off)")
     if softcap != 0:
         raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
+    return dropout_p, softmax_scale, causal, window_size
+
+
+def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+             seed, batch: int, heads: int) -> _Options:
+    dropout_p, softmax_scale, causal, window_size = scalar_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
     seed = as_int("seed", seed, lo=0, hi=2**64 - 1, what="an int in [0, 2**64)")
     if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype not in (np.float32, np.float64):
-            raise TypeError(f"alibi_slopes must be a float32/float64 numpy array of shape (nheads,) = "
-                            f"({heads},) or (batch_size, nheads) = ({batch}, {heads}); got {alibi_slopes!r}")
-        if alibi_slopes.shape not in ((heads,), (batch, heads)):
-            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or "
-                             f"(batch_size, nheads) = ({batch}, {heads}); got {alibi_slopes.shape}")
-        if not np.isfinite(alibi_slopes).all():
-            raise ValueError("alibi_slopes must be finite")
+        # validation's rule, on the whole array before a varlen call cuts it into sequences
+        check_alibi_slopes(alibi_slopes, batch, heads)
     return _Options(float(dropout_p), None if softmax_scale is None else float(softmax_scale),
                     bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.validation import Problem, prepare
+from flashlab.validation import Problem, check_output_like, prepare
 from flashlab.dropout import keep_mask, keep_probability
 from flashlab.masks import allowed
 
@@ -162,10 +162,10 @@ def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, windo
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
     B, H, Hkv = p.shape[:3]
-    do = np.asarray(do, dtype=np.float64)
+    # the kernel backward's rule for do (a numpy float array of o's shape, finite; any float
+    # dtype, as everything here is float64)
+    do = check_output_like("do", do, p, same_dtype=False).astype(np.float64)
     o, _, probs = _forward(p, np.float64)
-    if do.shape != o.shape:
-        raise ValueError(f"do must have the output's shape (B, H, Sq, Dv) = {o.shape}; got {do.shape}")
     q64, k64, v64 = (x.astype(np.float64) for x in (p.q, p.k, p.v))
     kx, vx = _expand_heads(k64, H), _expand_heads(v64, H)
     z = _dropout(p, np.float64)

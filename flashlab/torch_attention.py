@@ -1,4 +1,4 @@
-"""flashlab's ``flash_attn_func`` on torch tensors, with autograd: train a small model on CPU.
+"""flashlab's ``flash_attn_func`` on torch tensors: registered custom ops, autograd, ``torch.compile``.
 
 Optional: this module imports torch, ``import flashlab`` never does. Replace flash_attn's
 import and the rest of the model stays as it is::
@@ -6,37 +6,143 @@ import and the rest of the model stays as it is::
     from flashlab.torch_attention import flash_attn_func
     out = flash_attn_func(q, k, v, dropout_p=0.1 if self.training else 0.0, causal=True)
 
-``q``, ``k``, ``v`` are CPU tensors ``(batch, seqlen, nheads, headdim)``, float32 or float64,
-with the conventions of :mod:`flashlab.compat` (bottom-right causal/window, MQA/GQA,
-``headdim_v != headdim``). The forward runs :func:`flashlab.compat.flash_attn_func` on the
-tensors' memory (no copy but flashlab's own change of layout) and saves ``out`` and
-``softmax_lse``; the backward runs :func:`flashlab.compat.flash_attn_func_backward`, which
-recomputes ``P`` from them tile by tile, as FlashAttention does.
+``q``, ``k``, ``v`` are CPU tensors ``(batch, seqlen, nheads, headdim)``, float16, bfloat16,
+float32 or float64, with the conventions of :mod:`flashlab.compat` (bottom-right
+causal/window, MQA/GQA, ``headdim_v != headdim``). float16 and bfloat16 are computed in
+float32 and returned in the input dtype; ``softmax_lse`` is float32 (float64 for float64
+inputs), as in :func:`flashlab.flash_attention`.
+
+**Custom ops.** The forward and the backward are two operators registered with
+:func:`torch.library.custom_op`, ``flashlab::flash_attn_forward`` and
+``flashlab::flash_attn_backward``, as flash-attn registers its own: each has a fake
+implementation (output shapes and dtypes from the input shapes, for ``torch.compile``'s
+tracing) and the forward has an autograd formula (:func:`torch.library.register_autograd`)
+that calls the backward op. ``torch.compile`` therefore sees two opaque nodes: Dynamo never
+traces into Numba, and the eager, ``aot_eager`` and ``inductor`` backends all run the same
+kernels as eager mode.
+
+The forward saves ``out``, ``softmax_lse`` and the dropout seed; the backward recomputes ``P``
+from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_attn_func_backward`).
+
+**Not supported**, each with a ``NotImplementedError`` that says so: double backward
+(``create_graph=True`` then differentiating the gradients), ``torch.vmap`` / ``torch.func``
+batching rules, ``softcap != 0``.
 
 **Dropout**: each forward with ``dropout_p > 0`` draws a seed from torch's default generator
-(so ``torch.manual_seed`` makes a run reproducible) and saves it: the backward rebuilds the
-same keep mask from it (:mod:`flashlab.dropout`). With ``dropout_p == 0`` nothing is drawn,
-so the generator's stream is the same as without this layer.
+inside the op (so ``torch.manual_seed`` makes a run reproducible, compiled or not) and
+returns it as a saved int64 tensor: the backward rebuilds the same keep mask from it
+(:mod:`flashlab.dropout`). With ``dropout_p == 0`` nothing is drawn, so the generator's stream
+is the same as without this layer.
+
+Every argument is checked once, by :func:`flashlab.validation.prepare` behind
+:mod:`flashlab.compat`; this module only checks what numpy cannot see (a tensor, on the CPU)
+and translates tensors to arrays (views, no copy; bfloat16 through ``ml_dtypes.bfloat16``).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
+# a custom op's first call runs behind torch._disable_dynamo, which imports torch._dynamo
+# (measured: 11.8 s of a 12.8 s first forward on the loaded 2-core machine); importing it
+# here puts that cost at import, where a user expects it, not in the first training step
+import torch._dynamo  # noqa: F401,E402
 
 from flashlab import compat
+from flashlab.validation import BFLOAT16
 
-__all__ = ["FlashlabAttention", "flash_attn_func"]
+__all__ = ["flash_attn_func", "FlashlabAttention"]
 
 
-def _numpy(name: str, x: torch.Tensor) -> np.ndarray:
-    """The tensor's memory as a numpy array (a view, no copy)."""
+# ------------------------------------------------------------------------------ tensors <-> arrays
+def _numpy(name: str, x) -> np.ndarray:
+    """The tensor's memory as a numpy array (a view, no copy); bfloat16 as ``ml_dtypes.bfloat16``.
+
+    Only what numpy cannot check is checked here (a tensor, on the CPU); dtype and shape are
+    :func:`flashlab.validation.prepare`'s, with the same messages as every other entry point.
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
     if x.device.type != "cpu":
         raise ValueError(f"{name} must be on the CPU; got device {x.device}")
-    if x.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{name} must be float32 or float64; got {x.dtype}")
-    return x.detach().numpy()
+    x = x.detach()
+    if x.dtype == torch.bfloat16:
+        if BFLOAT16 is None:
+            raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package (not installed)")
+        # same bits, read as ml_dtypes.bfloat16 (numpy has no bfloat16 of its own)
+        return x.view(torch.int16).numpy().view(BFLOAT16)
+    try:
+        return x.numpy()
+    except TypeError:       # a dtype numpy has no name for (e.g. float8): prepare's message
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64; got dtype "
+                        f"{x.dtype}") from None
+
+
+def _tensor(x: np.ndarray) -> torch.Tensor:
+    """A numpy result as a tensor (no copy); ``ml_dtypes.bfloat16`` as ``torch.bfloat16``."""
+    if BFLOAT16 is not None and x.dtype == BFLOAT16:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """softmax_lse's dtype: float64 for float64 inputs, float32 otherwise (the compute dtype)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ------------------------------------------------------------------------------ the custom ops
+@torch.library.custom_op("flashlab::flash_attn_forward", mutates_args=())
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                alibi_slopes: Optional[torch.Tensor], return_probs: bool
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, softmax_lse, seed, attn_probs)``: out (B, Sq, H, Dv) in q's dtype, softmax_lse
+    (B, H, Sq) float32 (float64 for float64 q), seed () int64 (0 without dropout), attn_probs
+    (B, H, Sq, Sk) in q's dtype with ``return_probs``, else (0,)."""
+    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
+    seed = _draw_seed() if dropout_p > 0 else 0
+    results = compat.flash_attn_func(
+        _numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
+        (window_left, window_right), 0.0, slopes, False, return_probs, return_lse=True, seed=seed)
+    out, lse, *probs = (_tensor(x) for x in results)
+    probs = probs[0] if return_probs else q.new_empty((0,))
+    return out, lse, torch.tensor(seed, dtype=torch.int64), probs
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
+                  alibi_slopes, return_probs):
+    B, Sq, H, _ = q.shape
+    Sk, Dv = k.shape[1], v.shape[3]
+    out = q.new_empty((B, Sq, H, Dv))
+    lse = q.new_empty((B, H, Sq), dtype=_lse_dtype(q.dtype))
+    probs = q.new_empty((B, H, Sq, Sk) if return_probs else (0,))
+    return out, lse, q.new_empty((), dtype=torch.int64), probs
+
+
+@torch.library.custom_op("flashlab::flash_attn_backward", mutates_args=())
+def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 out: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor, dropout_p: float,
+                 softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                 alibi_slopes: Optional[torch.Tensor]
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v."""
+    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
+    # the autograd engine may hand a gradient of another dtype/layout: q's dtype, as the
+    # forward's out (numpy then reads it in any strides)
+    dout = dout.to(q.dtype)
+    grads = compat.flash_attn_func_backward(
+        _numpy("dout", dout), _numpy("q", q), _numpy("k", k), _numpy("v", v), _numpy("out", out),
+        _numpy("softmax_lse", lse), dropout_p, softmax_scale, causal, (window_left, window_right),
+        0.0, slopes, False, seed=int(seed))
+    return tuple(_tensor(g) for g in grads)
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
+                   window_left, window_right, alibi_slopes):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _draw_seed() -> int:
@@ -44,42 +150,78 @@ def _draw_seed() -> int:
     return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
 
 
-class FlashlabAttention(torch.autograd.Function):
-    """Autograd Function: ``apply(q, k, v, dropout_p, softmax_scale, causal, window_size,
-    alibi_slopes, deterministic, return_lse, return_attn_probs)``, every argument after ``v``
-    optional.
+# ------------------------------------------------------------------------------ autograd
+def _setup_context(ctx, inputs, output):
+    q, k, v, dropout_p, scale, causal, wl, wr, alibi_slopes, _ = inputs
+    out, lse, seed, _ = output
+    ctx.save_for_backward(q, k, v, out, lse, seed)
+    ctx.options = (dropout_p, scale, causal, wl, wr)
+    ctx.alibi_slopes = alibi_slopes
+    ctx.mark_non_differentiable(lse, seed, output[3])
 
-    Returns ``out`` (batch, seqlen_q, nheads, headdim_v); with ``return_lse``
-    ``(out, softmax_lse)``, with ``return_attn_probs`` ``(out, softmax_lse, attn_probs)``
-    (shapes in :mod:`flashlab.compat`; only ``out`` is differentiable).
-    """
 
-    @staticmethod
-    def forward(ctx, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                alibi_slopes=None, deterministic=False, return_lse=False, return_attn_probs=False):
-        slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
-        seed = _draw_seed() if dropout_p > 0 else 0
-        results = compat.flash_attn_func(
-            _numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
-            window_size, 0.0, slopes, deterministic, return_attn_probs, return_lse=True, seed=seed)
-        out, lse, *probs = (torch.from_numpy(x) for x in results)
-        # the backward needs out and lse besides the inputs, and nothing else
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (dropout_p, softmax_scale, causal, tuple(window_size), slopes, deterministic, seed)
-        ctx.mark_non_differentiable(lse, *probs)
-        if return_attn_probs:
-            return out, lse, probs[0]
-        return (out, lse) if return_lse else out
+def _backward(ctx, dout, *_):
+    q, k, v, out, lse, seed = ctx.saved_tensors
+    dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options, ctx.alibi_slopes)
+    # one gradient per forward input: q, k, v, then None for the options and alibi_slopes
+    return (dq, dk, dv) + (None,) * 7
 
-    @staticmethod
-    def backward(ctx, dout, *_):
-        q, k, v, out, lse = ctx.saved_tensors
-        dropout_p, scale, causal, window_size, slopes, deterministic, seed = ctx.options
-        dq, dk, dv = compat.flash_attn_func_backward(
-            _numpy("dout", dout), _numpy("q", q), _numpy("k", k), _numpy("v", v), out.numpy(),
-            lse.numpy(), dropout_p, scale, causal, window_size, 0.0, slopes, deterministic, seed=seed)
-        # one gradient per forward argument: q, k, v, then None for the 8 options
-        return (torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv)) + (None,) * 8
+
+torch.library.register_autograd("flashlab::flash_attn_forward", _backward,
+                                setup_context=_setup_context)
+
+
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError(
+        "flashlab's attention has no double backward: its backward (flashlab::flash_attn_backward) "
+        "is not differentiable. Use create_graph=False, or torch's own attention for "
+        "second derivatives.")
+
+
+def _save_nothing(ctx, inputs, output):
+    pass
+
+
+torch.library.register_autograd("flashlab::flash_attn_backward", _no_double_backward,
+                                setup_context=_save_nothing)
+
+
+def _no_vmap(name):
+    def rule(info, in_dims, *args):
+        raise NotImplementedError(
+            f"{name} has no vmap rule: torch.vmap / torch.func batching over flashlab's "
+            f"attention is not supported. Batch the tensors along their batch dimension instead.")
+    return rule
+
+
+torch.library.register_vmap("flashlab::flash_attn_forward", _no_vmap("flashlab::flash_attn_forward"))
+torch.library.register_vmap("flashlab::flash_attn_backward", _no_vmap("flashlab::flash_attn_backward"))
+
+
+# ------------------------------------------------------------------------------ the front door
+def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+               deterministic, return_probs):
+    """``(out, softmax_lse, attn_probs)`` through the forward op, arguments checked first."""
+    # the scalar options are checked here, by compat's rules and with its messages (the op's
+    # schema would refuse a str with torch's own words); under torch.compile Dynamo runs this
+    # as Python on constants while it traces
+    dropout_p, softmax_scale, causal, (wl, wr) = compat.scalar_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor or None; got {type(alibi_slopes).__name__}")
+    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+        # torch.func.grad/vmap/jacrev wrap the tensors: the op reads them as numpy, which a
+        # wrapped tensor cannot give (torch's own error would name autograd.Function internals)
+        raise NotImplementedError(
+            "torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported by flashlab's "
+            "attention: its ops read the tensors' memory through numpy. Use torch.autograd "
+            "(loss.backward() / torch.autograd.grad) and batch along the batch dimension.")
+    out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
+                                     alibi_slopes, bool(return_probs))
+    return out, lse, probs
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -87,11 +229,35 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """flash_attn's ``flash_attn_func`` (flash-attn 2.6+ argument order) on CPU torch tensors.
 
     q (batch, seqlen_q, nheads, headdim), k (batch, seqlen_k, nheads_k, headdim),
-    v (batch, seqlen_k, nheads_k, headdim_v). Returns ``out`` (batch, seqlen_q, nheads,
-    headdim_v), or with ``return_attn_probs`` ``(out, softmax_lse, attn_probs)`` as
-    :func:`flashlab.compat.flash_attn_func` defines them. ``softcap`` must be 0.0.
+    v (batch, seqlen_k, nheads_k, headdim_v); float16, bfloat16, float32 or float64. Returns
+    ``out`` (batch, seqlen_q, nheads, headdim_v) in q's dtype, or with ``return_attn_probs``
+    ``(out, softmax_lse, attn_probs)`` as :func:`flashlab.compat.flash_attn_func` defines
+    them (only ``out`` is differentiable). ``softcap`` must be 0.0; ``deterministic`` is
+    accepted (flashlab's backward is always deterministic).
+
+    Raises the same ``TypeError``/``ValueError`` as :func:`flashlab.compat.flash_attn_func`
+    for the same bad argument (checked by :func:`flashlab.validation.prepare`), plus
+    ``TypeError`` for a q, k, v or alibi_slopes that is not a tensor and ``ValueError`` for
+    one not on the CPU; ``NotImplementedError`` for ``softcap != 0``, double backward and vmap.
     """
-    if softcap != 0:
-        raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
-    return FlashlabAttention.apply(q, k, v, dropout_p, softmax_scale, causal, window_size,
-                                   alibi_slopes, deterministic, False, return_attn_probs)
+    out, lse, probs = _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                                 alibi_slopes, deterministic, return_attn_probs)
+    return (out, lse, probs) if return_attn_probs else out
+
+
+class FlashlabAttention:
+    """Kept for code written against the earlier autograd Function:
+    ``FlashlabAttention.apply(q, k, v, dropout_p, softmax_scale, causal, window_size,
+    alibi_slopes, deterministic, return_lse, return_attn_probs)`` (every argument after ``v``
+    optional) calls the registered op. Returns ``out``, with ``return_lse`` ``(out,
+    softmax_lse)``, with ``return_attn_probs`` ``(out, softmax_lse, attn_probs)``.
+    """
+
+    @staticmethod
+    def apply(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+              alibi_slopes=None, deterministic=False, return_lse=False, return_attn_probs=False):
+        out, lse, probs = _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, 0.0,
+                                     alibi_slopes, deterministic, return_attn_probs)
+        if return_attn_probs:
+            return out, lse, probs
+        return (out, lse) if return_lse else out

@@ -11,24 +11,37 @@ large: a ``window`` side of ``sys.maxsize`` or ``2**70`` is the unbounded side
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+try:        # numpy has no bfloat16; ml_dtypes (pinned in requirements.txt) gives it one
+    from ml_dtypes import bfloat16 as _bf16
+    BFLOAT16: np.dtype | None = np.dtype(_bf16)
+except ImportError:         # pragma: no cover - without ml_dtypes there are no bfloat16 arrays
+    BFLOAT16 = None
 
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
 from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
-__all__ = ["FLOAT_DTYPES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare",
+__all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare", "check_alibi_slopes",
+           "check_pair", "check_output_like",
            "scan_kv", "scores_may_overflow"]
 
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+#: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
+#: are computed in float32 and returned in their own dtype
+FLOAT_DTYPES = (np.float16, np.float32, np.float64) + (() if BFLOAT16 is None else (BFLOAT16,))
+#: the half-precision ones (computed in float32)
+HALF_DTYPES = (np.float16,) + (() if BFLOAT16 is None else (BFLOAT16,))
+#: how the messages name them
+FLOAT_NAMES = "float16, bfloat16, float32 or float64"
 
 
-
-@dataclass
+@dataclass(frozen=True)
 class Problem:
     """Validated attention inputs, in the layout the kernels read.
 
@@ -38,6 +51,10 @@ class Problem:
     expanded); alibi_slopes (1 or B, H) float64 or None with ``alibi_offset`` (an int) and
     ``alibi_sqrt``; band [i - left, i + right] clamped to the lengths; block sizes at most
     the lengths; dropout probability ``dropout_p`` with ``seed`` and ``offset``.
+
+    Frozen: a step that learns something about the inputs (:func:`scan_kv`) returns a new
+    problem (``dataclasses.replace``) rather than changing this one, and the squared norms of
+    the scan are numbers held here, not a cache keyed by an array's identity.
     """
 
     q: np.ndarray
@@ -59,11 +76,15 @@ class Problem:
     dropout_p: float = 0.0
     seed: int = 0
     offset: int = 0
-    #: ``{name: (array, max_i |x_i|^2)}`` from :func:`prepare`'s finiteness scan, reused by
-    #: :func:`scores_may_overflow` while the array is still the same object
-    sq_norms: dict | None = field(default=None, repr=False, compare=False)
+    #: ``max_i |x_i|^2`` (float64) of q, k, q_rope, k_rope from :func:`prepare`'s finiteness
+    #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k with ``scan_kv=False``)
+    q_sq_norm: float | None = field(default=None, repr=False, compare=False)
+    k_sq_norm: float | None = field(default=None, repr=False, compare=False)
+    q_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
+    k_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
     #: False when :func:`prepare` was asked not to scan k and v (``scan_kv=False``): the
-    #: caller must, with :func:`scan_kv`, or check them as it reads them (the decode kernel)
+    #: caller must, with :func:`scan_kv` (which returns the scanned problem), or check them as
+    #: it reads them (the decode kernel)
     kv_scanned: bool = field(default=True, repr=False, compare=False)
 
     @property
@@ -88,7 +109,7 @@ def _array4(name: str, x, expected: str) -> np.ndarray:
     if x.ndim != 4:
         raise ValueError(f"{name} must have shape {expected} (4 dims); got shape {x.shape}")
     if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float16, float32 or float64; got dtype {x.dtype}")
+        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
     if min(x.shape) < 1:
         raise ValueError(f"{name} must have every dim >= 1 for shape {expected}; got shape {x.shape}")
     return x
@@ -98,25 +119,35 @@ def _positive_int(name: str, x) -> int:
     return as_int(name, x, lo=1, what="an int >= 1")
 
 
-def _finite(**arrays: np.ndarray) -> dict:
-    """Raise if an array holds NaN or inf; return ``{name: (array, max squared row norm)}``
-    (kept in :attr:`Problem.sq_norms`, so that :func:`scores_may_overflow` reads q and k once)."""
+def _finite(**arrays: np.ndarray) -> dict[str, float]:
+    """Raise if an array holds NaN or inf; return ``{name: max squared row norm}`` (kept in the
+    :class:`Problem`, so that :func:`scores_may_overflow` reads q and k once)."""
     norms = {}
     for name, x in arrays.items():
         ok, sq = _scan(x)
         if not ok:
             raise ValueError(f"{name} contains NaN or inf; attention inputs must be finite")
-        norms[name] = (x, sq)
+        norms[name] = sq
     return norms
+
+
+#: arrays of at most this many elements are scanned by NumPy in the calling thread: a parallel
+#: Numba launch wakes a thread pool, which next to torch's spinning OpenMP threads cost
+#: 0.13 s per call on this 2-core machine (cProfile of the torch door at (1, 16, 1, 8))
+SMALL_SCAN = 1 << 15
 
 
 def _scan(x: np.ndarray) -> tuple[bool, float]:
     """``(all finite, max squared norm of the last axis in float64)`` of ``x``.
 
     float32/float64 arrays in one parallel Numba pass (:mod:`flashlab.input_scan`: measured
-    ~4x faster than the NumPy below, which matters for decode, see that module).
+    ~4x faster than the NumPy below, which matters for decode, see that module); small ones
+    (``<= SMALL_SCAN`` elements) by NumPy, with no thread pool to wake.
     """
-    if x.dtype in (np.float32, np.float64) and x.size:
+    if x.dtype in HALF_DTYPES:
+        # float16/bfloat16 -> float32 is exact (NaN and inf stay), then the same pass
+        x = x.astype(np.float32)
+    if x.dtype in (np.float32, np.float64) and x.size > SMALL_SCAN:
         from flashlab.input_scan import finite_and_max_sq_norm
         ok, sq = finite_and_max_sq_norm(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
         return bool(ok), float(sq)
@@ -140,11 +171,59 @@ def _broadcastable4(name: str, x: np.ndarray, target: tuple[int, int, int, int],
     return contiguous(x.reshape((1,) * (4 - x.ndim) + x.shape))
 
 
+def check_alibi_slopes(alibi_slopes, B: int, H: int) -> np.ndarray:
+    """``alibi_slopes`` checked: a finite float numpy array of shape (H,), (1, H) or (B, H).
+
+    The one rule for every entry point (compat checks the whole array before it cuts it
+    into sequences). Returns it unchanged.
+    """
+    if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"alibi_slopes must be a numpy float array ({FLOAT_NAMES}) of shape "
+                        f"(H,) or (B, H) = ({H},) or ({B}, {H}); got {alibi_slopes!r:.60}")
+    if alibi_slopes.shape not in ((H,), (1, H), (B, H)):
+        raise ValueError(f"alibi_slopes must have shape (H,) or (B, H) = ({H},) or ({B}, {H}); "
+                         f"got {alibi_slopes.shape}")
+    _finite(alibi_slopes=alibi_slopes)
+    return alibi_slopes
+
+
+def check_output_like(name: str, x, p: Problem, *, same_dtype: bool = True) -> np.ndarray:
+    """``do`` or ``o`` of a backward: a finite numpy array (B, H, Sq, Dv) of q's dtype.
+
+    The one rule of the kernel backward and the float64 reference backward alike (a nested
+    list, another shape, NaN or inf is refused by both). ``same_dtype=False`` (the float64
+    reference, which computes everything in float64) accepts any of :data:`FLOAT_DTYPES`
+    instead of q's exact dtype. Returns ``x`` unchanged.
+    """
+    B, H, _, Sq, _, _, Dv = p.shape
+    expected = (B, H, Sq, Dv)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
+                        f"got {type(x).__name__}")
+    if x.shape != expected:
+        raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
+    if same_dtype and x.dtype != p.dtype:
+        raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf; it must be finite")
+    return x
+
+
+def check_pair(name: str, x, what: str) -> tuple:
+    """``x`` as a 2-tuple: ``TypeError`` if not a tuple or list, ``ValueError`` if not of length 2."""
+    if not isinstance(x, (tuple, list)):
+        raise TypeError(f"{name} must be a pair (left, right) of {what}; got {x!r} ({type(x).__name__})")
+    if len(x) != 2:
+        raise ValueError(f"{name} must be a pair (left, right) of {what}; got {len(x)} items {x!r}")
+    return tuple(x)
+
+
 def _window(window) -> tuple:
     if window is None:
         return None
-    if not isinstance(window, (tuple, list)) or len(window) != 2:
-        raise ValueError(f"window must be a pair (left, right) of ints or None; got {window!r}")
+    window = check_pair("window", window, "ints or None")
     return tuple(None if w is None else as_int(f"window {side}", w, what="an int or None")
                  for side, w in zip(("left", "right"), window))
 
@@ -224,20 +303,14 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             raise TypeError(f"bias must be a numpy float array broadcastable to (B, H, Sq, Sk) = "
                             f"{target}; got {type(bias).__name__}")
         if bias.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"bias must be float16, float32 or float64; got dtype {bias.dtype}")
+            raise TypeError(f"bias must be {FLOAT_NAMES}; got dtype {bias.dtype}")
         bias = _broadcastable4("bias", bias, target, "a float array")
         if np.isnan(bias).any() or (bias == np.inf).any():
             raise ValueError("bias contains NaN or +inf; it must be finite or -inf (masked)")
 
     if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype.kind != "f":
-            raise TypeError(f"alibi_slopes must be a numpy float array of shape (H,) or (B, H) = "
-                            f"({H},) or ({B}, {H}); got {alibi_slopes!r:.60}")
-        if alibi_slopes.shape not in ((H,), (1, H), (B, H)):
-            raise ValueError(f"alibi_slopes must have shape (H,) or (B, H) = ({H},) or ({B}, {H}); "
-                             f"got {alibi_slopes.shape}")
-        _finite(alibi_slopes=alibi_slopes)
-        alibi_slopes = contiguous(alibi_slopes.reshape(-1, H).astype(np.float64))
+        alibi_slopes = contiguous(check_alibi_slopes(alibi_slopes, B, H).reshape(-1, H)
+                                  .astype(np.float64))
         # flash_attn's alignment by default: bias = -slope |i + Sk - Sq - j|
         alibi_offset = Sk - Sq if alibi_offset is None else as_int(
             "alibi_offset", alibi_offset, lo=-(1 << 62), hi=1 << 62, what="an int or None")
@@ -262,25 +335,26 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
                    0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
-                   seed, offset, sq_norms={n: norms[n] for n in ("q", "k", "q_rope", "k_rope")
-                                           if n in norms}, kv_scanned=bool(scan_kv))
+                   seed, offset, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
+                   q_rope_sq_norm=norms.get("q_rope"), k_rope_sq_norm=norms.get("k_rope"),
+                   kv_scanned=bool(scan_kv))
 
 
-def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> None:
+def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> Problem:
     """The scan :func:`prepare` left out with ``scan_kv=False``: raise the same ``ValueError`` if
-    k or v holds NaN or inf. With ``key_rows=(lo, hi)`` only the key rows outside ``[lo, hi)``
-    are scanned (those a kernel that checked what it read never read); otherwise all of them,
-    and the problem is marked scanned (k's norm kept for :func:`scores_may_overflow`).
+    k or v holds NaN or inf. Returns the scanned problem: without ``key_rows`` a copy of ``p``
+    marked scanned, with k's squared norm for :func:`scores_may_overflow` (``p`` itself is
+    frozen and unchanged). With ``key_rows=(lo, hi)`` only the key rows outside ``[lo, hi)``
+    are scanned (those a kernel that checked what it read never read) and ``p`` is returned.
     """
     if key_rows is None:
-        p.sq_norms = dict(p.sq_norms or {}, **{n: x for n, x in _finite(k=p.k, v=p.v).items()
-                                              if n == "k"})
-        p.kv_scanned = True
-        return
+        norms = _finite(k=p.k, v=p.v)
+        return dataclasses.replace(p, k_sq_norm=norms["k"], kv_scanned=True)
     lo, hi = key_rows
     for part in (slice(0, lo), slice(hi, None)):
         if p.k[:, :, part].size:
             _finite(k=p.k[:, :, part], v=p.v[:, :, part])
+    return p
 
 
 def scores_may_overflow(p: Problem, compute_dtype) -> bool:
@@ -291,17 +365,15 @@ def scores_may_overflow(p: Problem, compute_dtype) -> bool:
     overflow and the kernels skip the per-tile check; above it they check every tile and the
     API raises on a real overflow.
     """
-    def max_norm(x):
-        # sqrt(max_i |x_i|^2), |x_i|^2 in float64: prepare's scan of this very array if any
-        for arr, sq in (p.sq_norms or {}).values():
-            if arr is x:
-                return math.sqrt(sq)
-        return math.sqrt(_scan(x)[1])
+    def max_norm(x, sq):
+        # sqrt(max_i |x_i|^2), |x_i|^2 in float64: prepare's scan of this array if it ran
+        return math.sqrt(_scan(x)[1] if sq is None else sq)
 
     with np.errstate(over="ignore"):
-        bound = abs(p.scale) * max_norm(p.q) * max_norm(p.k)
+        bound = abs(p.scale) * max_norm(p.q, p.q_sq_norm) * max_norm(p.k, p.k_sq_norm)
         if p.q_rope is not None:
-            bound += abs(p.scale) * max_norm(p.q_rope) * max_norm(p.k_rope)
+            bound += (abs(p.scale) * max_norm(p.q_rope, p.q_rope_sq_norm)
+                      * max_norm(p.k_rope, p.k_rope_sq_norm))
         if p.bias is not None:
             finite = p.bias[np.isfinite(p.bias)]
             bound += float(np.abs(finite).max()) if finite.size else 0.0

@@ -298,6 +298,39 @@ def test_tnd_per_sequence(mode):
         q0, k0 = q0 + sq, k0 + sk
 
 
+def test_mode8_band_is_the_first_sequence_with_queries():
+    """Issue #22: query lengths [0, 4, 3], key lengths [5, 6, 3]. The device's tiling takes
+    the band sequence of sparse_mode=8 from the first sequence with a non-empty *query*
+    (firstValidIndex), so sequence 1 is the band (mode 4, next = 2 from the bottom-right) and
+    sequence 2 leftUpCausal; sequence 0 has keys but no query and is skipped. (Taking the
+    first non-empty *key* sequence, 0, made sequence 1 causal: an output error of 2.65.)"""
+    q_lens, k_lens, pre, nxt = [0, 4, 3], [5, 6, 3], INF, 2
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((sum(q_lens), N1, D)).astype(np.float32)
+    k = rng.standard_normal((sum(k_lens), N2, D)).astype(np.float32)
+    v = rng.standard_normal((sum(k_lens), N2, DV)).astype(np.float32)
+    out, smax, ssum = cann.flash_attention_score(
+        q, k, v, N1, "TND", scale=SCALE, atten_mask=TRI, sparse_mode=8, pre_tokens=pre,
+        next_tokens=nxt, actual_seq_qlen=np.cumsum(q_lens).tolist(),
+        actual_seq_kvlen=np.cumsum(k_lens).tolist(), **BLOCKS)
+    lse = lse_of(tnd_rows(smax, q_lens, N1), tnd_rows(ssum, q_lens, N1))
+    rules = {1: rule_allowed(4, 4, 6, pre, nxt), 2: rule_allowed(2, 3, 3)}
+    assert not rules[1][0, 5] and rules[1][0, 4]          # the band reaches 2 past the diagonal
+    q0, k0 = 0, 5
+    for s in (1, 2):
+        sq, sk = q_lens[s], k_lens[s]
+        check(tnd_seq(out, q0, sq), lse[q0:q0 + sq].T[None], tnd_seq(q, q0, sq),
+              tnd_seq(k, k0, sk), tnd_seq(v, k0, sk), rules[s][None, None],
+              what=f"mode 8 sequence {s}")
+        q0, k0 = q0 + sq, k0 + sk
+    # the pre_tokens >= first_Skv rule reads the same sequence: Skv = 6, not 5
+    with pytest.raises(ValueError, match="first sequence's Skv=6"):
+        cann.flash_attention_score(
+            q, k, v, N1, "TND", scale=SCALE, atten_mask=TRI, sparse_mode=8, pre_tokens=5,
+            next_tokens=0, actual_seq_qlen=np.cumsum(q_lens).tolist(),
+            actual_seq_kvlen=np.cumsum(k_lens).tolist())
+
+
 def test_tnd_trailing_unused_batches():
     """[2, 5, 9, 0, 0]: the last two batches take no part; same result as [2, 5, 9]."""
     rng = np.random.default_rng(5)
@@ -572,6 +605,17 @@ def test_grad_operand_errors():
         ((do, dict(good, attention_in=out[..., :4])), ValueError, "attention_in"),
         ((do, dict(good, softmax_max=smax[..., :1])), ValueError, "softmax_max"),
         ((do, dict(good, softmax_sum=ssum.tolist())), TypeError, "softmax_sum"),
+        # issue #22: statistics of another dtype than the forward's (float32 here) are refused
+        ((do, dict(good, softmax_max=smax.astype(np.float16))), TypeError,
+         "softmax_max must have dtype float32"),
+        ((do, dict(good, softmax_sum=ssum.astype(np.int32))), TypeError,
+         "softmax_sum must have dtype float32"),
+        ((do, dict(good, softmax_sum=ssum.astype(np.float64))), TypeError,
+         "softmax_sum must have dtype float32"),
+        # a finite max with a sum of 0 (or below) is no softmax row: it gave zero gradients
+        ((do, dict(good, softmax_sum=np.zeros_like(ssum))), ValueError,
+         "must have a finite max and a sum > 0"),
+        ((do, dict(good, softmax_sum=-ssum)), ValueError, "must have a finite max and a sum > 0"),
     ]
     for (dy, kw), exc, text in cases:
         with pytest.raises(exc) as info:

@@ -8,13 +8,15 @@ does; and that its bits do not depend on the thread count.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import check_forward, hashes_at_1_3_4_threads, make_qkv, random_mask, sha256_of
 
 import flashlab
 from flashlab import api
-from flashlab.validation import prepare
+from flashlab.validation import prepare, scan_kv
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 
 SKS = [1, 7, 129, 1000, 5000]
@@ -184,17 +186,23 @@ def test_nonfinite_k_or_v_raises_without_a_separate_scan(plant, kind, dtype):
 
 
 def test_decode_skips_the_kv_scan_and_the_tiled_forward_does_it():
-    """prepare(scan_kv=False) leaves k and v unscanned; forward_with_stats scans them before a
-    tiled forward, which needs k's norm for its overflow bound, and not before decode."""
+    """prepare(scan_kv=False) leaves k and v unscanned; the frozen Problem is never changed:
+    scan_kv returns a scanned copy (with k's norm for the overflow bound), and the tiled
+    forward scans before it runs (a NaN in v is found), decode inside its kernel."""
     x = make_qkv(1, 4, 2, 1, 300, D, D)
     p = prepare(**x, scan_kv=False)
-    assert not p.kv_scanned and "k" not in p.sq_norms
+    assert not p.kv_scanned and p.k_sq_norm is None
     api.forward_with_stats(p)
-    assert not p.kv_scanned                                   # decode: checked in the kernel
+    assert not p.kv_scanned and p.k_sq_norm is None           # decode: checked in the kernel
     y = make_qkv(1, 4, 2, 40, 300, D, D)                      # Sq = 40 > DECODE_MAX_SQ: tiled
     p = prepare(**y, scan_kv=False)
     api.forward_with_stats(p)
-    assert p.kv_scanned and "k" in p.sq_norms
+    assert not p.kv_scanned                                   # frozen: not changed in place
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.kv_scanned = True
+    scanned = scan_kv(p)
+    assert scanned.kv_scanned and scanned.k_sq_norm == pytest.approx(
+        float((y["k"].astype(np.float64) ** 2).sum(-1).max()), rel=1e-12)
     y["v"][0, 0, 3, 3] = np.nan
     with pytest.raises(ValueError, match="v contains NaN or inf"):
         flashlab.flash_attention(**y)

@@ -95,8 +95,12 @@ def test_rows_without_keys_give_zero_and_no_nan():
 
 def test_bad_tensors_raise():
     q, k, v = qkv(1, 4, 4, 2, 2, 8, 8)
-    with pytest.raises(TypeError, match="q must be float32 or float64"):
-        flash_attn_func(q.half(), k, v)
+    with pytest.raises(TypeError, match="q must be float16, bfloat16, float32 or float64"):
+        flash_attn_func(q.to(torch.int32), k.to(torch.int32), v.to(torch.int32))
+    with pytest.raises(TypeError, match="k must have q's dtype"):
+        flash_attn_func(q.float(), k, v)
+    with pytest.raises(TypeError, match=r"dropout_p must be a real number in \[0, 1\); got '0.1' \(str\)"):
+        flash_attn_func(q, k, v, dropout_p="0.1")
     with pytest.raises(TypeError, match="k must be a torch.Tensor"):
         flash_attn_func(q, k.detach().numpy(), v)
     with pytest.raises(NotImplementedError, match="softcap"):

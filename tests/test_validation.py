@@ -52,9 +52,9 @@ BAD_INPUTS = [
     ("k-rank5", with_(k=f32(1, B, HKV, SK, DQK)), ValueError,
      esc("k must have shape (B, Hkv, Sk, Dqk) (4 dims); got shape (1, 2, 2, 6, 8)")),
     ("v-rank2", with_(v=f32(SK, DV)), ValueError, esc("v must have shape (B, Hkv, Sk, Dv) (4 dims); got shape (6, 3)")),
-    ("q-int-dtype", with_(q=np.zeros((B, H, SQ, DQK), dtype=np.int32)), TypeError, r"q must be float16, float32 or float64; got dtype int32"),
-    ("v-bool-dtype", with_(v=np.zeros((B, HKV, SK, DV), dtype=bool)), TypeError, r"v must be float16, float32 or float64; got dtype bool"),
-    ("k-complex", with_(k=np.zeros((B, HKV, SK, DQK), dtype=np.complex64)), TypeError, r"k must be float16, float32 or float64; got dtype complex64"),
+    ("q-int-dtype", with_(q=np.zeros((B, H, SQ, DQK), dtype=np.int32)), TypeError, r"q must be float16, bfloat16, float32 or float64; got dtype int32"),
+    ("v-bool-dtype", with_(v=np.zeros((B, HKV, SK, DV), dtype=bool)), TypeError, r"v must be float16, bfloat16, float32 or float64; got dtype bool"),
+    ("k-complex", with_(k=np.zeros((B, HKV, SK, DQK), dtype=np.complex64)), TypeError, r"k must be float16, bfloat16, float32 or float64; got dtype complex64"),
     ("q-empty-seq", with_(q=f32(B, H, 0, DQK)), ValueError, esc("q must have every dim >= 1 for shape (B, H, Sq, Dqk); got shape (2, 4, 0, 8)")),
     ("mixed-dtypes", with_(k=good()["k"].astype(np.float64)), TypeError, r"k must have q's dtype float32 .*; got float64"),
     ("v-float16", with_(v=good()["v"].astype(np.float16)), TypeError, r"v must have q's dtype float32 .*; got float16"),
@@ -101,9 +101,9 @@ BAD_INPUTS = [
     ("mask-list", dict(good(), mask=[[False] * SK] * SQ), TypeError,
      esc("mask must be a numpy bool array broadcastable to (B, H, Sq, Sk) = (2, 4, 5, 6); got list")),
     # --- window and causal
-    ("window-triple", dict(good(), window=(1, 2, 3)), ValueError, esc("window must be a pair (left, right) of ints or None; got (1, 2, 3)")),
-    ("window-int", dict(good(), window=4), ValueError, r"window must be a pair \(left, right\) of ints or None; got 4"),
-    ("window-str", dict(good(), window="ab"), ValueError, r"window must be a pair \(left, right\) of ints or None; got 'ab'"),
+    ("window-triple", dict(good(), window=(1, 2, 3)), ValueError, esc("window must be a pair (left, right) of ints or None; got 3 items (1, 2, 3)")),
+    ("window-int", dict(good(), window=4), TypeError, r"window must be a pair \(left, right\) of ints or None; got 4 \(int\)"),
+    ("window-str", dict(good(), window="ab"), TypeError, r"window must be a pair \(left, right\) of ints or None; got 'ab' \(str\)"),
     ("window-float-left", dict(good(), window=(1.5, None)), TypeError, r"window left must be an int or None; got 1\.5"),
     ("window-bool-right", dict(good(), window=(None, True)), TypeError, r"window right must be an int or None; got True"),
     ("causal-int", dict(good(), causal=1), TypeError, r"causal must be a bool; got 1"),
@@ -155,7 +155,7 @@ def test_bad_block_size_raises(entry, kwargs, error, message):
 
 def test_backward_reference_checks_do_shape():
     args = good()
-    with pytest.raises(ValueError, match=r"do must have the output's shape " + esc("(B, H, Sq, Dv) = (2, 4, 5, 3)")):
+    with pytest.raises(ValueError, match=r"do must have shape " + esc("(B, H, Sq, Dv) = (2, 4, 5, 3)")):
         flashlab.attention_reference_backward(np.zeros((B, H, SQ, DQK)), **args)
 
 

@@ -102,7 +102,18 @@ row gets zero gradients.
 ``ValueError`` (the device computes wrong results), so do the documented ranges: mode 0 with
 negative ``pre_tokens``/``next_tokens``, the TND rules of modes 3, 7, 8, an all-masked row in a
 TND ``atten_mask``, pse with modes 7/8 or with an empty TND sequence. ``padding_mask`` (reserved,
-"暂不支持该传参") raises ``NotImplementedError``.
+"暂不支持该传参") raises ``NotImplementedError``. ``softmax_max``/``softmax_sum`` given to the grad
+must have the dtype the forward wrote (float32; float64 for float64 inputs), and a row with a
+finite max must have a sum > 0.
+
+**Extensions: what this reference accepts and the device does not.** Deliberate, each for
+teaching or testing on a CPU:
+
+* float64 inputs (computed in float64, ``softmax_max``/``softmax_sum`` float64), so that
+  gradients can be checked at float64 accuracy; the device takes float16, bfloat16, float32;
+* ``key_rope`` with any head count dividing ``head_num`` (MLA's is 1);
+* ``block_q``/``block_k`` keywords (the CPU kernels' tile sizes; the device picks its own);
+* ``seed``/``offset`` drive flashlab's SplitMix64 keep mask, not the device's Philox bits.
 
 Sources: CANN ops-transformer docs *FlashAttentionScore*, *FlashAttentionScoreV2*,
 *FlashAttentionScoreGrad*, *FlashAttentionVarLenScoreV4* and *sparse_mode参数说明*
@@ -143,7 +154,7 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
         raise ValueError(f"inner_precise must be 0, 1 or 2 (0, 1 reserved; 2 invalid-row "
                          f"computation); got {ip}")
     # the operator's default is 1.0; pass 1/sqrt(D) for the usual attention
-    as_real("scale", scale, what="a finite real number")
+    as_real("scale", scale, what="a real number")
     if not 0 <= int64("seed", seed) <= (1 << 64) - 1:
         raise ValueError(f"seed must lie in [0, 2**64 - 1]; got {seed}")
     if not 0 <= int64("offset", offset):
@@ -408,6 +419,12 @@ def _softmax_operand(name: str, x, st: Setup) -> np.ndarray:
                         f"got {type(x).__name__}")
     if x.shape != expected:
         raise ValueError(f"{name} must have shape {expected} (the forward's); got {x.shape}")
+    want = np.dtype(stats_dtype(st))
+    if x.dtype != want:
+        # the documented dtype is float32 (float64 is flashlab's extension for float64 inputs):
+        # an int or float16 statistic is not one the forward wrote
+        raise TypeError(f"{name} must have dtype {want.name} (the forward's softmax statistics "
+                        f"for {np.dtype(st.io_dtype).name} inputs); got {x.dtype}")
     return _stats_in(x, st)
 
 
@@ -422,7 +439,9 @@ def lse_from_stats(m: np.ndarray, s: np.ndarray) -> np.ndarray:
     way to write "no key", is read the same way. Raises ``ValueError`` for any other row
     without a finite max and a positive sum.
     """
-    empty = (m <= EMPTY_ROW_MAX) | (s == 0.0)
+    # a row with no allowed key is known by its max (float32's lowest, or -inf); a finite max
+    # with a sum <= 0 is not a softmax row (the LSE would be -inf or NaN): refused below
+    empty = m <= EMPTY_ROW_MAX
     bad = ~empty & ~(np.isfinite(m) & np.isfinite(s) & (s > 0.0))
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -188,10 +188,14 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
                     raise ValueError(f"sparse_mode=5: atten_mask[{b}] must be the prefix mask of "
                                      f"prefix[{b}]={p} (rightDownCausal plus the first {p} keys)")
 
-    # the band sequence of the varlen split modes (vendor golden cpu_impl.py: mode 7 the last
-    # sequence with Sq != 0, mode 8 the first with Skv != 0)
+    # the band sequence of the varlen split modes: the device's tiling picks
+    # firstValidIndex / lastValidIndex, the first / last sequence whose *query* length is not
+    # 0 (ops-transformer attention/flash_attention_score/op_host/arch32/
+    # flash_attention_score_tiling_general.cpp@bfbbec8, lines 1242-1255: "if
+    # (actualSeqLenData[i] != 0)"; line 1277 mode 7 set_bandIndex(lastValidIndex), line 1281
+    # mode 8 set_bandIndex(firstValidIndex)). A sequence with queries but no keys is still
+    # the band sequence (it computes nothing).
     with_q = [s for s, (sq, _) in enumerate(lengths) if sq > 0]
-    with_k = [s for s, (_, sk) in enumerate(lengths) if sk > 0]
     if varlen and mode == 3:
         for s, (sq, sk) in enumerate(lengths):
             if sq > sk:
@@ -204,11 +208,12 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
             raise ValueError(f"sparse_mode=7 needs pre_tokens >= the last sequence's Skv={last_sk} and "
                              f"next_tokens <= 0 (\"pre_tockens >= last_Skv\", \"next_tockens <= 0\"); "
                              f"got {pre}, {nxt}")
-    if mode == 8 and with_k:
-        first_sk = lengths[with_k[0]][1]
+    if mode == 8 and with_q:
+        first_sk = lengths[with_q[0]][1]
         if pre < first_sk:
             raise ValueError(f"sparse_mode=8 needs pre_tokens >= the first sequence's Skv={first_sk} "
-                             f"(\"pre_tockens >= first_Skv\"); got {pre}")
+                             f"(\"pre_tockens >= first_Skv\", the first sequence with queries); "
+                             f"got {pre}")
 
     pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
     if not varlen and mode <= 4:
@@ -216,7 +221,7 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
         left, right = sparse_mode_band(mode, dims.Sq, dims.Sk, pre, nxt)
         calls = [Call(slice(0, dims.B), slice(0, dims.B), left, right, full)]
     else:
-        first = with_k[0] if with_k else 0
+        first = with_q[0] if with_q else 0
         last = with_q[-1] if with_q else 0
         calls = _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full,
                                 prefixes if mode in (5, 6) else None)

@@ -134,7 +134,9 @@ def prefix_mask(sq: int, sk: int, prefix: int) -> np.ndarray:
 def varlen_sequence_mode(mode: int, index: int, first: int, last: int) -> int:
     """The mode sequence ``index`` of a varlen batch runs under.
 
-    ``first``/``last`` are the indices of the first and last non-empty sequences. Mode 7
+    ``first``/``last`` are the indices of the first and last non-empty sequences, non-empty
+    meaning with at least one *query* (``Sq != 0``), as the device's tiling picks them
+    (``firstValidIndex``/``lastValidIndex``, see :func:`flashlab.cann.plan.plan`). Mode 7
     (a query split across devices after a rightDownCausal layout): every sequence is
     rightDownCausal (3) except the last non-empty one, which is a band (4). Mode 8 (split after
     leftUpCausal): every sequence is leftUpCausal (2) except the first non-empty one, a band (4).

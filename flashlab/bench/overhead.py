@@ -1,0 +1,135 @@
+"""Per-call overhead of the torch front door: small shapes, forward plus backward, against SDPA.
+
+``python -m flashlab.bench.overhead [--repeats N] [--out FILE.json]`` prints one row per shape
+and the first call of a fresh process:
+
+* ``(1, 16, 1, 8)`` (batch, seqlen, heads, headdim): a problem whose arithmetic is nothing, so
+  the time is the fixed cost of a call (validation, dispatch, allocation, thread pools);
+* ``(8, 128, 4, 32)``: nanoGPT's shakespeare-char size (block 128, 4 heads of 32 in this row's batch of 8);
+* the first ``flash_attn_func`` forward plus backward of a new Python process, with Numba's
+  cache already warm (a first process fills it; the second is timed), import of
+  ``flashlab.torch_attention`` not included, and SDPA's first call in another fresh process.
+
+Each row is ``causal=True`` float32, ``out.sum().backward()``, timed as the median of
+``repeats`` calls after one warm-up, with torch's SDPA (on the (B, H, S, D) transposes, so
+the same transposes are in both) timed in the same process, in turn. The targets of issue
+#22: (1, 16, 1, 8) <= 0.25 ms, (8, 128, 4, 32) <= 1.2x SDPA, first call <= 150 ms.
+
+Set ``OMP_WAIT_POLICY=PASSIVE`` (as ``examples/train_tiny.py`` does) before torch starts:
+with the default busy-wait, torch's OpenMP threads spin on the cores Numba's threads need
+(measured on the 2-core machine: 298 ms a call at (1, 16, 1, 8) against 2.2 ms with PASSIVE).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["SHAPES", "overhead_rows", "first_call_ms", "main"]
+
+#: (batch, seqlen, heads, headdim) of the timed rows
+SHAPES = ((1, 16, 1, 8), (8, 128, 4, 32))
+
+_FIRST_CALL = r"""
+import time, torch
+import torch.nn.functional as F
+which = {which!r}
+if which == "flashlab":
+    from flashlab.torch_attention import flash_attn_func
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(8, 128, 4, 32, generator=g, requires_grad=True) for _ in range(3))
+t = time.perf_counter()
+if which == "flashlab":
+    out = flash_attn_func(q, k, v, causal=True)
+else:
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         is_causal=True)
+out.sum().backward()
+print((time.perf_counter() - t) * 1e3)
+"""
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()                                          # warm-up (compiles nothing: cache is warm)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def overhead_rows(repeats: int = 50) -> list[dict]:
+    """One row per :data:`SHAPES`: flashlab and SDPA forward+backward medians (ms), their ratio."""
+    import torch
+    import torch.nn.functional as F
+
+    from flashlab.torch_attention import flash_attn_func
+
+    rows = []
+    for shape in SHAPES:
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
+
+        def flashlab_step():
+            flash_attn_func(q, k, v, causal=True).sum().backward()
+
+        def sdpa_step():
+            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True).sum().backward()
+
+        fl, sd = _median_ms(flashlab_step, repeats), _median_ms(sdpa_step, repeats)
+        rows.append({"shape": list(shape), "flashlab_ms": fl, "sdpa_ms": sd, "ratio": fl / sd})
+    return rows
+
+
+def first_call_ms(which: str = "flashlab") -> float:
+    """The first forward+backward (ms) of a fresh process at (8, 128, 4, 32); Numba's cache is
+    filled by a first process, the second is timed."""
+    code = _FIRST_CALL.format(which=which)
+    ms = None
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env=dict(os.environ))
+        ms = float(res.stdout.strip().splitlines()[-1])
+    return ms
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flashlab.bench.overhead",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+
+    rows = overhead_rows(args.repeats)
+    first = {"flashlab_ms": first_call_ms("flashlab"), "sdpa_ms": first_call_ms("sdpa")}
+    blas = sorted({f"{i.get('internal_api')} {i.get('architecture') or ''}".strip()
+                   for i in threadpool_info() if i.get("user_api") == "blas"})
+    info = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "blas": blas, "torch": torch.__version__, "numba_threads": numba.get_num_threads(),
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
+    print("| (B, S, H, D) | flashlab fwd+bwd ms | SDPA ms | ratio |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {tuple(r['shape'])} | {r['flashlab_ms']:.3f} | {r['sdpa_ms']:.3f} | {r['ratio']:.2f} |")
+    print(f"| first call (8, 128, 4, 32), warm cache | {first['flashlab_ms']:.0f} | "
+          f"{first['sdpa_ms']:.0f} | |")
+    print(json.dumps(info))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"rows": rows, "first_call": first, "info": info}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
