@@ -18,9 +18,9 @@ from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_split
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
-from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import (Problem, as_bool, contiguous, prepare, scan_kv,
-                                 scores_may_overflow)
+from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, cdiv, q_splits
+from flashlab.arguments import as_bool
+from flashlab.validation import Problem, contiguous, prepare, scan_kv, scores_may_overflow
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
@@ -87,7 +87,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     if decode:
         tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
         return o, lse, row_max, tiles
-    n_qb = -(-Sq // p.block_q)
+    n_qb = cdiv(Sq, p.block_q)
     tiles = np.zeros(B * H * n_qb, dtype=np.int64)
     overflow = np.zeros(B * H * n_qb, dtype=np.int64)
     flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
@@ -114,7 +114,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
     head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
     group = H // Hkv
-    n_split = kv_splits(B, Hkv, -(-Sk // p.block_k))
+    n_split = kv_splits(B, Hkv, cdiv(Sk, p.block_k))
     part_m = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
     part_l = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
     part_acc = np.empty((B, Hkv, n_split, group * Sq, Dv), dtype=ct)
@@ -296,7 +296,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
         k_rope = q_rope
         Hr, Dr = 1, 1
     mask = _NO_MASK if p.mask is None else p.mask
-    n_qb = -(-Sq // p.block_q)
+    n_qb = cdiv(Sq, p.block_q)
     n_split = q_splits(B, H, n_qb)
 
     def grad_and_partial(heads: int, dim: int) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -57,6 +57,7 @@ Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,8 @@ class _Options:
 
         The one place dropout and ALiBi reach the kernels.
         """
-        kw = {"scale": self.scale, "window": band_from_window(sq, sk, self.causal, self.window_size)}
+        kw: dict[str, Any] = {"scale": self.scale,
+                              "window": band_from_window(sq, sk, self.causal, self.window_size)}
         if self.dropout_p > 0:
             kw.update(dropout_p=self.dropout_p, seed=self.seed, offset=offset)
         if slopes is not None:

@@ -50,9 +50,11 @@ $n_k = B H S_k$ per-head key rows, $n_r = B S_k$ rows of the shared ``k_rope``.
 from __future__ import annotations
 
 import math
+from typing import Any
+
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
-from flashlab.validation import as_int
+from flashlab.arguments import as_int
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_flops",
            "matmul_intensities", "hbm_elements_standard", "hbm_elements_flash", "block_for_sram",
@@ -403,7 +405,7 @@ def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v:
     is ``1 - 1/factor``. With DeepSeek-V3's dims, padding V costs ``"PV FLOPs"`` = 192/128 = 1.5.
     """
     args = (batch, heads, seq, d_nope, d_rope, d_v)
-    kw = dict(causal=causal, elem=elem, seq_k=seq_k)
+    kw: dict[str, Any] = dict(causal=causal, elem=elem, seq_k=seq_k)
     sk = seq if seq_k is None else seq_k
     pairs = batch * heads * attended_pairs(seq, sk, causal)
 

@@ -21,8 +21,7 @@ from flashlab.dropout import keep_threshold
 from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
-__all__ = ["FLOAT_DTYPES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare",
-           "scan_kv", "scores_may_overflow"]
+__all__ = ["FLOAT_DTYPES", "Problem", "contiguous", "prepare", "scan_kv", "scores_may_overflow"]
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -140,7 +139,7 @@ def _broadcastable4(name: str, x: np.ndarray, target: tuple[int, int, int, int],
     return contiguous(x.reshape((1,) * (4 - x.ndim) + x.shape))
 
 
-def _window(window) -> tuple:
+def _window(window) -> tuple | None:
     if window is None:
         return None
     if not isinstance(window, (tuple, list)) or len(window) != 2:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import cost, rect
-from flashlab.dataflows import KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
+from flashlab.dataflows import IDEAS, KERNEL_STEPS, PAD_SLICE_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 __all__ = ["DATA_DIR", "ESTIMATES", "TOLERANCE", "Estimate", "VendorRow", "verdict",
@@ -231,7 +231,7 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
     kernel_flops = {f: (next(s.flops for s in fwd[f] if s.name == StepName.ATTENTION),
                         next(s.flops for s in bwd[f] if s.name == StepName.ATTENTION_BACKWARD))
                     for f in cost.MLA_DATAFLOWS}
-    all_ideas = frozenset(rect.IDEAS)
+    all_ideas = frozenset(IDEAS)
     kv_sources = ("hbm", "l2")
     comp = {kv: {c: rect.compose(core, problem, c, kv_source=kv) for c in rect.all_combinations()}
             for kv in kv_sources}
@@ -259,7 +259,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
         direction = ("forward", "backward")[d]
         steps = (fwd, bwd)[d]
         flop = kernel_flops[Dataflow.BASELINE][d] / kernel_flops[Dataflow.NATIVE_V][d]
-        alone = (_npu_seconds(steps[Dataflow.BASELINE], KERNEL_STEPS) / _npu_seconds(steps[Dataflow.NATIVE_V], KERNEL_STEPS))
+        alone = (_npu_seconds(steps[Dataflow.BASELINE], KERNEL_STEPS)
+                 / _npu_seconds(steps[Dataflow.NATIVE_V], KERNEL_STEPS))
         with_ps = (_npu_seconds(steps[Dataflow.BASELINE], KERNEL_STEPS | PAD_SLICE_STEPS)
                    / _npu_seconds(steps[Dataflow.NATIVE_V], KERNEL_STEPS))
         cpu = mla_cpu[Dataflow.BASELINE, direction]["seconds"] / mla_cpu[Dataflow.NATIVE_V, direction]["seconds"]
@@ -362,7 +363,8 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
 
     # --- about 4 GB of memory -----------------------------------------------------------------
     saved = sum(s.allocated for s in fwd[Dataflow.BASELINE]) - sum(s.allocated for s in fwd[Dataflow.NATIVE_V])
-    measured = mla_cpu[Dataflow.BASELINE, "forward"]["peak_extra_bytes"] - mla_cpu[Dataflow.NATIVE_V, "forward"]["peak_extra_bytes"]
+    measured = (mla_cpu[Dataflow.BASELINE, "forward"]["peak_extra_bytes"]
+                - mla_cpu[Dataflow.NATIVE_V, "forward"]["peak_extra_bytes"])
     # the measured saving scaled to the problem: heads, sequence (linear) and bf16 (half of float32)
     scaled = measured * problem.heads / h_mla * problem.seq / s_mla * problem.elem / 4
     rows.append(VendorRow(
@@ -372,8 +374,9 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
         f"activations per layer and micro-batch, {shape}",
         {"cost": Estimate(saved, saved, f"{saved / 2**20:.0f} MiB", "ledger: V padded, O_att and the sliced O"),
          "roofline": _none("time model"), "pipeline": _none("time model"),
-         "cpu": Estimate(scaled, scaled, f"{scaled / 2**20:.0f} MiB", f"peak saved at S = {s_mla}, H = {h_mla}, float32 "
-                                            f"({measured / 1e6:.0f} MB), scaled to {shape}")}))
+         "cpu": Estimate(scaled, scaled, f"{scaled / 2**20:.0f} MiB",
+                         f"peak saved at S = {s_mla}, H = {h_mla}, float32 "
+                         f"({measured / 1e6:.0f} MB), scaled to {shape}")}))
 
     # --- FlashAttention against separate operators: 2.89x, 5x ---------------------------------
     ops = cost.operation_costs(4096, 4096, 128, 128, block_q=128, elem=2)

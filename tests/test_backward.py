@@ -12,8 +12,9 @@ imposes on any backward. Where the forward ran the split-KV (decode) kernel, its
 from gemms of other shapes than the backward's recomputation, and a BLAS may round them
 differently by shape (OpenBLAS on AMD Zen 5 does): there the yardstick is the larger error of
 the naive backward and of one whose recomputed scores are summed in two halves of the head
-dim, i.e. round differently from the scores its LSE came from. float64 inputs get the float64 reference's ``lse`` (the forward's
-float32 ``lse`` would limit them to ~1e-7 relative, as flash_attention_backward documents)
+dim, i.e. round differently from the scores its LSE came from. float64 inputs get the float64
+reference's ``lse`` (the forward's float32 ``lse`` would limit them to ~1e-7 relative, as
+flash_attention_backward documents)
 and the kernel's float64 ``o``.
 
 The grid, as in test_forward.py, is a set of products:

@@ -71,7 +71,9 @@ def golden_backward(do, q, k, v, p, pd, *, scale, n2, keep=None, keep_prob=1.0):
     dq = scale * ds @ kr
     dk = scale * ds.swapaxes(-1, -2) @ q
     dv = pd.swapaxes(-1, -2) @ do
-    fold = lambda x: x.reshape(x.shape[0], n2, g, *x.shape[2:]).sum(axis=2)
+    def fold(x):
+        return x.reshape(x.shape[0], n2, g, *x.shape[2:]).sum(axis=2)
+
     return dq, fold(dk), fold(dv), ds
 
 

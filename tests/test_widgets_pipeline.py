@@ -289,12 +289,3 @@ def test_pipeline_explorer_change_record():
     with pytest.raises(TypeError, match="repeat"):
         pipeline_explorer_change(repeat=1.0)
 
-
-def test_deprecated_module_still_exports_the_names():
-    with pytest.warns(DeprecationWarning, match="flashlab.widgets.pipeline"):
-        import importlib
-        import sys
-
-        sys.modules.pop("flashlab.widgets_pipeline", None)
-        old = importlib.import_module("flashlab.widgets_pipeline")
-    assert old.PipelineSettings is PipelineSettings and old.pipeline_grid is pipeline_grid

@@ -193,7 +193,7 @@ def test_walk_view_png_is_a_full_draw_without_one(mask_kind, block_q):
     seen = set()
     for index, st in enumerate(walk.steps):
         view.update(index)
-        view.fig.canvas.mpl_connect("draw_event", lambda _: full_draws.append(index))
+        view.fig.canvas.mpl_connect("draw_event", lambda _, index=index: full_draws.append(index))
         png = view.png()
         if st.qb in seen:
             assert full_draws == [], f"step {index} drew the whole figure"

@@ -253,7 +253,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
     result["numba_first_call"] = (numba_first_call(config.first_call == "compile")
                                   if config.first_call else None)
     if config.simulator_tasks:
-        from flashlab.pipeline.schedule import bench_simulator
+        from flashlab.pipeline.timing import bench_simulator
         say(f"pipeline simulator ({config.simulator_tasks} tasks) ...")
         result["simulator"] = bench_simulator(config.simulator_tasks)
     if config.tile_explorer:

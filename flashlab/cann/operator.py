@@ -125,7 +125,8 @@ from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.validation import as_real, prepare
+from flashlab.arguments import as_real
+from flashlab.validation import prepare
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
 

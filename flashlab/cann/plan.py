@@ -136,6 +136,35 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     pre = int64("pre_tokens", pre_tokens)
     nxt = int64("next_tokens", next_tokens)
     varlen = seqs is not None
+    _check_mode_for_layout(mode, varlen, prefix)
+    # (sq, sk) of every batch / sequence
+    if varlen:
+        lengths = [(q1 - q0, k1 - k0) for q0, q1, k0, k1 in seqs]
+    else:
+        lengths = [(dims.Sq, dims.Sk)] * dims.B
+    max_q = max(sq for sq, _ in lengths)
+    max_k = max(sk for _, sk in lengths)
+    if atten_mask is None:
+        return _full_attention_calls(dims, seqs)
+    _check_band_tokens(mode, pre, nxt, lengths)
+    full, prefixes = _checked_mask(atten_mask, dims, mode, varlen, lengths, (max_q, max_k), prefix)
+    _check_split_modes(mode, varlen, lengths, pre, nxt)
+
+    pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
+    if not varlen and mode <= 4:
+        # one rule for every batch: a single call over all of them
+        left, right = sparse_mode_band(mode, dims.Sq, dims.Sk, pre, nxt)
+        calls = [Call(slice(0, dims.B), slice(0, dims.B), left, right, full)]
+    else:
+        first, last = _split_ends(lengths)
+        calls = _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full, prefixes)
+    if mode == 0:
+        _check_consistent(calls)
+    return calls
+
+
+def _check_mode_for_layout(mode: int, varlen: bool, prefix) -> None:
+    """The modes a layout allows (5 not with TND, 7 and 8 only with it); ``prefix`` an int list."""
     name = SPARSE_MODES[mode].name
     if varlen and mode == 5:
         raise ValueError("sparse_mode=5 (prefix, full mask) is not supported with input_layout TND; "
@@ -145,26 +174,30 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     if prefix is not None and mode not in (5, 6):
         int64_list("prefix", prefix)   # read by modes 5 and 6 only; still an int list
 
-    # (sq, sk) of every batch / sequence
-    if varlen:
-        lengths = [(q1 - q0, k1 - k0) for q0, q1, k0, k1 in seqs]
-    else:
-        lengths = [(dims.Sq, dims.Sk)] * dims.B
-    max_q = max(sq for sq, _ in lengths)
-    max_k = max(sk for _, sk in lengths)
 
-    if atten_mask is None:
-        # full attention, one call over every batch or one per TND sequence
-        if not varlen:
-            return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, None)]
-        return [Call(slice(q0, q1), slice(k0, k1), NO_LIMIT, NO_LIMIT, None, s)
-                for s, (q0, q1, k0, k1) in enumerate(seqs) if q1 > q0 and k1 > k0]
+def _full_attention_calls(dims: Dims, seqs) -> list[Call]:
+    """Without ``atten_mask``: one call over every batch, or one per non-empty TND sequence."""
+    if seqs is None:
+        return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, None)]
+    return [Call(slice(q0, q1), slice(k0, k1), NO_LIMIT, NO_LIMIT, None, s)
+            for s, (q0, q1, k0, k1) in enumerate(seqs) if q1 > q0 and k1 > k0]
 
+
+def _check_band_tokens(mode: int, pre: int, nxt: int, lengths: list[tuple[int, int]]) -> None:
+    """The band modes' pre/next tokens overlap; mode 0's lie in range."""
     if mode in (0, 4, 7, 8) and pre + nxt < 0:
         raise ValueError(f"pre_tokens and next_tokens must overlap (pre_tokens + next_tokens >= 0, "
                          f"\"band场景，preTokens和nextTokens之间必须要有交集\"); got {pre} and {nxt}")
     if mode == 0:
         _check_mode0_range(pre, nxt, lengths)
+
+
+def _checked_mask(atten_mask, dims: Dims, mode: int, varlen: bool, lengths: list[tuple[int, int]],
+                  longest: tuple[int, int], prefix) -> tuple[np.ndarray | None, list[int] | None]:
+    """``atten_mask`` checked against the mode: ``(full, prefixes)``, the full mask of modes 0, 1
+    and 5 (else None) and the prefix of each batch or sequence of modes 5 and 6 (else None);
+    ``longest`` is the largest ``(sq, sk)``."""
+    max_q, max_k = longest
     mask = _as_bool_mask(atten_mask)
     full = None
     if mode in (0, 1):
@@ -177,52 +210,49 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
         full = mask
     else:
         _check_compressed(mask, mode)
-
+    prefixes = None
     if mode in (5, 6):
         where = "sequence (len(actual_seq_qlen))" if varlen else "batch (B)"
         prefixes = _prefix_list(prefix, len(lengths), lengths, where)
         if mode == 5:
             for b, p in enumerate(prefixes):
                 rule = prefix_mask(dims.Sq, dims.Sk, p)
-                if not (full[b] == rule).all():
+                if not (mask[b] == rule).all():
                     raise ValueError(f"sparse_mode=5: atten_mask[{b}] must be the prefix mask of "
                                      f"prefix[{b}]={p} (rightDownCausal plus the first {p} keys)")
+    return full, prefixes
 
-    # the band sequence of the varlen split modes (vendor golden cpu_impl.py: mode 7 the last
-    # sequence with Sq != 0, mode 8 the first with Skv != 0)
+
+def _split_ends(lengths: list[tuple[int, int]]) -> tuple[int, int]:
+    """The band sequences of the varlen split modes (vendor golden cpu_impl.py): mode 8 the first
+    sequence with Skv != 0, mode 7 the last with Sq != 0 (0 when there is none)."""
     with_q = [s for s, (sq, _) in enumerate(lengths) if sq > 0]
     with_k = [s for s, (_, sk) in enumerate(lengths) if sk > 0]
+    return (with_k[0] if with_k else 0), (with_q[-1] if with_q else 0)
+
+
+def _check_split_modes(mode: int, varlen: bool, lengths: list[tuple[int, int]], pre: int,
+                       nxt: int) -> None:
+    """TND's mode 3 needs Sq <= Skv in every sequence; modes 7 and 8 bound pre/next tokens by the
+    Skv of their band sequence."""
     if varlen and mode == 3:
         for s, (sq, sk) in enumerate(lengths):
             if sq > sk:
                 raise ValueError(f"sparse_mode=3 with input_layout TND needs Sq <= Skv in every "
                                  f"sequence (FlashAttentionVarLenScore: \"配置为3时，不支持无效行计算，"
                                  f"需要满足每个batch的Sq<=Skv\"); sequence {s} has Sq={sq}, Skv={sk}")
-    if mode == 7 and with_q:
-        last_sk = lengths[with_q[-1]][1]
+    first, last = _split_ends(lengths)
+    if mode == 7 and any(sq > 0 for sq, _ in lengths):
+        last_sk = lengths[last][1]
         if pre < last_sk or nxt > 0:
             raise ValueError(f"sparse_mode=7 needs pre_tokens >= the last sequence's Skv={last_sk} and "
                              f"next_tokens <= 0 (\"pre_tockens >= last_Skv\", \"next_tockens <= 0\"); "
                              f"got {pre}, {nxt}")
-    if mode == 8 and with_k:
-        first_sk = lengths[with_k[0]][1]
+    if mode == 8 and any(sk > 0 for _, sk in lengths):
+        first_sk = lengths[first][1]
         if pre < first_sk:
             raise ValueError(f"sparse_mode=8 needs pre_tokens >= the first sequence's Skv={first_sk} "
                              f"(\"pre_tockens >= first_Skv\"); got {pre}")
-
-    pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
-    if not varlen and mode <= 4:
-        # one rule for every batch: a single call over all of them
-        left, right = sparse_mode_band(mode, dims.Sq, dims.Sk, pre, nxt)
-        calls = [Call(slice(0, dims.B), slice(0, dims.B), left, right, full)]
-    else:
-        first = with_k[0] if with_k else 0
-        last = with_q[-1] if with_q else 0
-        calls = _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full,
-                                prefixes if mode in (5, 6) else None)
-    if mode == 0:
-        _check_consistent(calls)
-    return calls
 
 
 def _check_consistent(calls: list[Call]) -> None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from flashlab.arguments import as_real
 
-__all__ = ['KiB', 'MiB', 'GiB', 'STATUSES', 'Param', 'MemoryLevel', 'ComputeUnit', 'DataPath', 'BUFFER_ROLES', 'EXCHANGES', 'Engine', 'CoreModel', 'HardwareProfile', 'params']
+__all__ = ["KiB", "MiB", "GiB", "STATUSES", "Param", "MemoryLevel", "ComputeUnit", "DataPath",
+           "BUFFER_ROLES", "EXCHANGES", "Engine", "CoreModel", "HardwareProfile", "params"]
 
 
 KiB = 1024

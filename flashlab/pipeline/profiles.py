@@ -8,7 +8,10 @@ from __future__ import annotations
 from flashlab.pipeline.params import (GiB, KiB, MiB, ComputeUnit, CoreModel, DataPath, Engine,
                                      HardwareProfile, MemoryLevel, Param)
 
-__all__ = ['FA1', 'A100_WP', 'A100_DS', 'H100_WP', 'H100_DS', 'SEED_002', 'CATLASS', 'INI_910B2', 'ASCENDC_ARCH', 'A100_40GB', 'A100_80GB', 'A100', 'H100', 'MEMORY_RATES', 'ASCEND_910B_CORE_MODEL', 'ASCEND_910B', 'ASCEND_910B_AI_CORE', 'PTX_ISA', 'CUDA_GUIDE', 'FA3', 'A100_SM', 'H100_SM', 'PROFILES', 'ASCEND_910B_CORES']
+__all__ = ["FA1", "A100_WP", "A100_DS", "H100_WP", "H100_DS", "SEED_002", "CATLASS", "INI_910B2",
+           "ASCENDC_ARCH", "A100_40GB", "A100_80GB", "H100", "MEMORY_RATES",
+           "ASCEND_910B_CORE_MODEL", "ASCEND_910B", "ASCEND_910B_AI_CORE", "PTX_ISA",
+           "CUDA_GUIDE", "FA3", "A100_SM", "H100_SM", "PROFILES", "ASCEND_910B_CORES"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,9 +79,8 @@ def _a100(name: str, hbm_gb: int, hbm_bw: Param) -> HardwareProfile:
 
 
 A100_40GB = _a100("NVIDIA A100 SXM4 40GB", 40, _A100_HBM_BW_40)
-A100_80GB = _a100("NVIDIA A100 SXM4 80GB", 80, _A100_HBM_BW_80)
 #: the A100 that the article "Ascend上的FlashAttention实现" quotes (80 GB, 2039 GB/s)
-A100 = A100_80GB
+A100_80GB = _a100("NVIDIA A100 SXM4 80GB", 80, _A100_HBM_BW_80)
 
 # --------------------------------------------------------------------------------------------
 # NVIDIA H100 SXM5
@@ -173,7 +175,8 @@ def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: 
         ),
         compute=(
             ComputeUnit("Cube", peak, "16x16x16 fp16 matrix unit of each AI Core (AIC)"),
-            ComputeUnit("Vector", None, "SIMD unit of each vector core (AIV); its rate is the core model's vector engine"),
+            ComputeUnit("Vector", None,
+                        "SIMD unit of each vector core (AIV); its rate is the core model's vector engine"),
         ),
         paths=_ASCEND_PATHS,
         notes="split architecture: AIC (cube core: MTE1, MTE2, Cube, FixPipe; L1, L0A/B/C) and "
