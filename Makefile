@@ -8,11 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv assets book check-site handout test pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site handout test lint pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
-	@echo "make test   run the package tests, nbval on every notebook, and the book build"
+	@echo "make test   run the package tests, nbval on every notebook, the book build and lint"
+	@echo "make lint   ruff (pyflakes, pycodestyle, isort, bugbear) and mypy on the public modules"
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
 	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets;"
 	@echo "            screenshots in _build/screenshots/ (needs Debian's chromium)"
@@ -61,9 +62,16 @@ test: $(STAMP)
 	if [ $$status -eq 0 ] && [ -n "$(CHROMIUM)" ]; then \
 	    $(BIN)/python tools/check_site.py || status=1; \
 	elif [ -z "$(CHROMIUM)" ]; then echo "make test: chromium not installed, check-site skipped"; fi; \
+	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory pytest || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
+
+# the settings (rules, line length, the modules mypy checks) are in pyproject.toml;
+# .pre-commit-config.yaml runs the same two commands before each commit
+lint: $(STAMP)
+	$(BIN)/ruff check flashlab tests tools
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests book --nbval --nbval-current-env \

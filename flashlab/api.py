@@ -11,6 +11,8 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
@@ -31,7 +33,7 @@ _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 _NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
 
 
-def compute_dtype(dtype: np.dtype) -> type:
+def compute_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
     """Accumulation dtype for inputs of ``dtype``: float64 stays float64, the rest use float32."""
     return np.float64 if dtype == np.float64 else np.float32
 
@@ -75,7 +77,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     ct = compute_dtype(p.dtype)
     q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
     has_rope = p.q_rope is not None
-    if has_rope:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
     else:
         q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
@@ -262,7 +264,7 @@ def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, 
     if np.isnan(lse).any() or (lse == np.inf).any():
         raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return tuple(contiguous(x) for x in (do, o, lse))
+    return contiguous(do), contiguous(o), contiguous(lse)
 
 
 def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
@@ -288,7 +290,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
     do, o, lse = _backward_operands(p, do, o, lse)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
-    if has_rope:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
         Hr, Dr = k_rope.shape[1], p.d_rope
     else:
@@ -314,11 +316,12 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
         dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
     else:
         dk_rope, dkr_part, dkr_sum = None, np.zeros((1, 1, 1, 1, 1), dtype=ct), False
-    want_dbias = bool(want_dbias) and p.bias is not None
-    if want_dbias:
+    bias = p.bias
+    want_dbias = bool(want_dbias) and bias is not None
+    if want_dbias and bias is not None:
         # one dS sum per work item where the bias broadcasts over the rows (they share it),
         # else one per (b, h): each row of dbias is then written by its own work item only
-        Sqb, Skb = p.bias.shape[2:]
+        Sqb, Skb = bias.shape[2:]
         dbias_part = np.zeros((B, H, n_split if Sqb == 1 else 1, Sqb, Skb), dtype=ct)
     else:
         dbias_part = np.zeros((1, 1, 1, 1, 1), dtype=ct)
@@ -337,9 +340,11 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
                                   (dk_rope, dkr_part, dkr_sum)):
         if needs_sum:
             sum_partials(part, grad)
-    grads = (dq, dk, dv) + ((dq_rope, dk_rope) if has_rope else ())
-    if want_dbias:
-        grads += (_reduce_dbias(dbias_part, p.bias.shape),)
+    grads: tuple[np.ndarray, ...] = (dq, dk, dv)
+    if dk_rope is not None:
+        grads += (dq_rope, dk_rope)
+    if want_dbias and bias is not None:
+        grads += (_reduce_dbias(dbias_part, bias.shape),)
     return grads, tiles
 
 

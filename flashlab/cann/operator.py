@@ -114,6 +114,7 @@ operator's test golden (``attention/flash_attention_score/tests/pytest/cpu_impl.
 """
 from __future__ import annotations
 
+from typing import Any
 
 import numpy as np
 
@@ -258,7 +259,7 @@ def _counter_start(c: Call, st: Setup) -> int:
 
 def _options(c: Call, st: Setup) -> dict:
     """pse and dropout keyword arguments of the kernel call for ``c`` (empty when unused)."""
-    kw = {}
+    kw: dict[str, Any] = {}
     p = st.pse
     if p is not None and p.slopes is not None:
         slopes = p.slopes

@@ -8,6 +8,7 @@ its grad and :func:`sparse_mode_mask` all run through: what is drawn is what is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -264,6 +265,8 @@ def _check_consistent(calls: list[Call]) -> None:
     pre_tockens、next_tockens的范围一致").
     """
     for c in calls:
+        if c.mask is None:   # (mode 0 with an atten_mask: every call carries it)
+            continue
         sq, sk = c.mask.shape[2:]
         outside = ~allowed(sq, sk, c.left, c.right)
         kept = outside & ~c.mask
@@ -287,7 +290,7 @@ def _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full, prefixes) 
         dense = None
         if m in (0, 1) and full is not None:
             dense = full[:, :, :sq, :sk]           # TND: the top-left of [maxSq, maxSkv]
-        elif m in (5, 6) and p - 1 > sk - sq:
+        elif m in (5, 6) and p is not None and p - 1 > sk - sq:
             # the prefix columns stick out of the causal band: mask the rest densely
             dense = prefix_mask(sq, sk, p)[None, None]
         if varlen:
@@ -341,9 +344,9 @@ class Setup:
     mode: int
     masked: bool      # whether an atten_mask was given (the mask arguments take effect)
     seqs_used: list   # TND: the sequences without the trailing unused batches
-    seqs: list | None
+    seqs: Any         # TND: the (q0, q1, k0, k1) of every sequence; None for the B, N, S, D layouts
     dropout_p: float
     seed: int
     offset: int
     softmax_layout: str
-    pse: object | None = None   # the checked pse (flashlab.cann.pse.Pse), set after planning
+    pse: Any = None   # the checked pse (flashlab.cann.pse.Pse, which imports this module), set after planning
