@@ -31,15 +31,10 @@ from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins 
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
 from flashlab.masks import mask_at
 from flashlab.numba_cache import CACHE
-from flashlab.tiling import cdiv
 
-__all__ = ["cdiv_jit", "qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
+__all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
            "drop_tile", "mask_tile", "exp_nonpositive", "exp_shifted", "row_max",
            "online_softmax_update", "rescale_rows", "finalize_rows"]
-
-#: :func:`flashlab.tiling.cdiv` compiled for the kernels (the same function: one spelling of
-#: ``ceil(a / b)`` for Python and Numba code alike)
-cdiv_jit = njit(cache=CACHE, inline="always")(cdiv)
 
 
 @njit(cache=CACHE, inline="always")
