@@ -39,5 +39,4 @@ __getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
 if TYPE_CHECKING:  # the same names, for type checkers and readers
     from flashlab.api import flash_attention, flash_attention_backward, tiles_computed
     from flashlab.cann import flash_attention_score, flash_attention_score_grad
-    from flashlab.reference import (attention_naive, attention_reference,
-                                    attention_reference_backward)
+    from flashlab.reference import attention_naive, attention_reference, attention_reference_backward

@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from flashlab.arguments import as_bool
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
+
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, cdiv, q_splits
-from flashlab.arguments import as_bool
 from flashlab.validation import Problem, contiguous, prepare, scan_kv, scores_may_overflow
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",

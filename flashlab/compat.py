@@ -63,9 +63,9 @@ import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int, as_real
-from flashlab.validation import FLOAT_DTYPES
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
+from flashlab.validation import FLOAT_DTYPES
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
            "flash_attn_varlen_func_backward", "band_from_window"]

@@ -52,9 +52,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from flashlab.arguments import as_int
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
-from flashlab.arguments import as_int
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_flops",
            "matmul_intensities", "hbm_elements_standard", "hbm_elements_flash", "block_for_sram",

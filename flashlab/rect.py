@@ -66,14 +66,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flashlab import cost, dataflows
+from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dataflows import IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, Step
 from flashlab.pipeline.params import HardwareProfile
 from flashlab.pipeline.profiles import ASCEND_910B_CORES
 from flashlab.pipeline.roofline import with_hbm_bandwidth
 from flashlab.pipeline.schedule import simulate_fa
-from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
-                           DEEPSEEK_V3_V_DIM)
-from flashlab.arguments import as_bool, as_int, as_real
+from flashlab.rope import DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM, DEEPSEEK_V3_V_DIM
 
 __all__ = ["IDEA_LABELS", "MLAProblem", "check_ideas", "label",
            "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.validation import Problem, prepare
 from flashlab.dropout import keep_mask, keep_probability
 from flashlab.masks import allowed
+from flashlab.validation import Problem, prepare
 
 __all__ = ["attention_reference", "attention_reference_backward", "attention_naive"]
 

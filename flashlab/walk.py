@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab.api import compute_dtype
+from flashlab.arguments import as_int
 from flashlab.kernels.tile import finalize_rows, mask_tile, online_softmax_update, score_tile
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class, tile_fully_masked
 from flashlab.tiling import FORWARD_BLOCK, cdiv
-from flashlab.arguments import as_int
 from flashlab.validation import prepare
 
 __all__ = ["COMPUTED", "OUTSIDE_BAND", "MASKED_OUT", "TileStep", "Walk", "walk_forward"]

@@ -11,7 +11,6 @@ max = float32 min, sum = float32 max. Dropout masks come from the documented gen
 """
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
 import pytest

@@ -11,13 +11,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from conftest import assert_close_to_reference, max_abs_err
 
 import flashlab
 from flashlab import api, mla
 from flashlab.dataflows import total
 from flashlab.memory import traced_peak
-from flashlab.rope import DEEPSEEK_V3_NOPE_DIM as DN, DEEPSEEK_V3_ROPE_DIM as DR, DEEPSEEK_V3_V_DIM as DV
-from conftest import assert_close_to_reference, max_abs_err
+from flashlab.rope import DEEPSEEK_V3_NOPE_DIM as DN
+from flashlab.rope import DEEPSEEK_V3_ROPE_DIM as DR
+from flashlab.rope import DEEPSEEK_V3_V_DIM as DV
 
 GRAD_NAMES = ("dq_nope", "dk_nope", "dv", "dq_rope", "dk_rope")
 #: float32 gradients vs the float64 analytic ones: max abs error / max |reference| (measured

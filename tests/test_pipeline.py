@@ -11,8 +11,8 @@ from flashlab.pipeline import hardware as hw
 from flashlab.pipeline.buffers import STRATEGIES, FAShape, buffer_needs, l0c_slots, resolve_buffers
 from flashlab.pipeline.program import cube_order
 from flashlab.pipeline.schedule import build_fa_graph, simulate_fa
-from flashlab.pipeline.timing import bench_simulator
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
+from flashlab.pipeline.timing import bench_simulator
 
 ASCEND = hw.ASCEND_910B_AI_CORE
 CORE = ASCEND.core

@@ -8,8 +8,8 @@ import pytest
 
 from flashlab import cost, rect
 from flashlab.dataflows import IDEAS
-from flashlab.pipeline.profiles import ASCEND_910B_CORES
 from flashlab.pipeline import ASCEND_910B, ASCEND_910B_AI_CORE, simulate_fa
+from flashlab.pipeline.profiles import ASCEND_910B_CORES
 
 CORE = ASCEND_910B_AI_CORE
 #: small problems keep the simulations short

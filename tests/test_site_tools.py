@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from tools import book_ext, colab_cell, web_assets
-from tools.check_site import (ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path,
-                              toc_pages)
+from tools.check_site import ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path, toc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 #: notebook pages that are reference material, not chapters (no goals, summary or exercises)
@@ -224,6 +223,7 @@ def test_exercises_page_names_each_chapters_function_and_checker():
     """book/exercises.md lists, per chapter, the function the chapter's exercise asks for and
     its checker: both must be what the chapter's notebook really defines and calls."""
     import re
+
     import flashlab.exercises as ex
     page = (ROOT / "book/exercises.md").read_text()
     entries = re.findall(r"\{doc\}`(\w+)`: write `(\w+)\(([^)]*)\)`, check it with `(\w+)`", page)

@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from flashlab.kernels.tile import qblock_order
-from flashlab.masks import (EMPTY, FULL, PARTIAL, cdiv_jit, classify_tiles, tile_class,
-                            tile_fully_masked, tile_visit_class)
+from flashlab.masks import (
+    EMPTY,
+    FULL,
+    PARTIAL,
+    cdiv_jit,
+    classify_tiles,
+    tile_class,
+    tile_fully_masked,
+    tile_visit_class,
+)
 from flashlab.tiling import cdiv
 
 

@@ -16,8 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_compat import bottom_right_allowed  # noqa: E402
+
 from flashlab.torch_attention import FlashlabAttention, flash_attn_func  # noqa: E402
-from test_compat import bottom_right_allowed                          # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_tiny.py"
 

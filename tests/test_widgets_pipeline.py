@@ -17,7 +17,13 @@ import pytest  # noqa: E402
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
-    HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, run_settings, simulate_settings, summary,
+    HEAD_DIMS,
+    ROPE_DIM,
+    PipelineSettings,
+    core_profile,
+    run_settings,
+    simulate_settings,
+    summary,
 )
 from flashlab.widgets.pipeline import pipeline_animation, pipeline_grid  # noqa: E402
 

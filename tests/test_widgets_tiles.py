@@ -14,8 +14,7 @@ import pytest  # noqa: E402
 
 from flashlab.masks import EMPTY, band_from, classify_tiles  # noqa: E402
 from flashlab.viz.tiles import block_map_figure, walk_frame_figure  # noqa: E402
-from flashlab.widgets.tiles import (MASK_KINDS, TileExplorer, demo_problem,  # noqa: E402
-                                    frame_indices, tile_walk_animation, walk_demo)
+from flashlab.widgets.tiles import MASK_KINDS, TileExplorer, demo_problem, frame_indices, tile_walk_animation, walk_demo  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 

@@ -30,7 +30,6 @@ import functools
 import http.server
 import json
 import math
-import re
 import shutil
 import subprocess
 import sys

@@ -14,8 +14,13 @@ import numpy as np
 
 from flashlab.cann.attributes import INT32_MAX, clamp_tokens, int64, int64_list
 from flashlab.cann.layouts import Dims
-from flashlab.cann.sparse_modes import (SPARSE_MODES, compressed_mask, prefix_mask, sparse_mode_band,
-                                        varlen_sequence_mode)
+from flashlab.cann.sparse_modes import (
+    SPARSE_MODES,
+    compressed_mask,
+    prefix_mask,
+    sparse_mode_band,
+    varlen_sequence_mode,
+)
 from flashlab.cann.varlen import sequences
 from flashlab.masks import NO_LIMIT, allowed
 

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from flashlab import cost
+from flashlab.dataflows import REMOVES
 from flashlab.exercises._core import Feedback, Mistake, call_student, diagnose
 from flashlab.kernels.tile import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
-from flashlab.dataflows import REMOVES
 from flashlab.rope import apply_rope, rope_frequencies
 
 __all__ = ["check_mla_scores", "check_rope", "check_pipeline_time", "check_concat_bytes",

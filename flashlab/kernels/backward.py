@@ -81,18 +81,22 @@ such a row gives $dQ = 0$ and adds nothing to $dK$, as the reference does.
 """
 from __future__ import annotations
 
-
 import numpy as np
 from numba import njit, prange
 
-from flashlab.numba_cache import CACHE
-
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn  # (importing blas pins it to 1 thread)
-from flashlab.kernels.tile import (add_bias_tile, all_finite, drop_tile, exp_shifted, head_operands,
-                                   mask_tile, score_tile)
-from flashlab.masks import (EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at,
-                            tile_visit_class)
+from flashlab.kernels.tile import (
+    add_bias_tile,
+    all_finite,
+    drop_tile,
+    exp_shifted,
+    head_operands,
+    mask_tile,
+    score_tile,
+)
+from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
+from flashlab.numba_cache import CACHE
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
            "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]

@@ -51,13 +51,19 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from flashlab.numba_cache import CACHE
-
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn
-from flashlab.kernels.tile import (add_bias_tile, all_finite, drop_tile, head_operands, mask_tile,
-                                   rescale_rows, score_tile)
+from flashlab.kernels.tile import (
+    add_bias_tile,
+    all_finite,
+    drop_tile,
+    head_operands,
+    mask_tile,
+    rescale_rows,
+    score_tile,
+)
 from flashlab.masks import EMPTY, FULL, cdiv_jit, kv_block_range, tile_class, tile_fully_masked
+from flashlab.numba_cache import CACHE
 from flashlab.tiling import cdiv
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",

@@ -52,8 +52,17 @@ from numba import njit, prange
 
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn  # (importing blas also pins it to one thread)
-from flashlab.kernels.tile import (add_bias_tile, all_finite, drop_tile, head_operands, mask_tile,
-                                   qblock_order, rescale_rows, score_tile, finalize_rows)
+from flashlab.kernels.tile import (
+    add_bias_tile,
+    all_finite,
+    drop_tile,
+    finalize_rows,
+    head_operands,
+    mask_tile,
+    qblock_order,
+    rescale_rows,
+    score_tile,
+)
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, tile_visit_class
 from flashlab.numba_cache import CACHE
 

@@ -15,13 +15,13 @@ class FAGraphBuilder:
     """The tasks of one core's tile loop, stage by stage, collected in a ``Program``.
 
     :func:`~flashlab.pipeline.schedule.build_fa_graph` runs the stages in this order (each
-    engine's program order is the
-    order its tasks are added):
+    engine's program order is the order its tasks are added):
 
-    1. the loads: :func:`~flashlab.pipeline.loads.iterate_all_loads` or :func:`~flashlab.pipeline.loads.own_mte2_loads` call :meth:`load_q`,
-       :meth:`load_k`, :meth:`load_v`, :meth:`load_p` in MTE2's program order;
-    2. :meth:`cube_stage`: per matmul of :func:`~flashlab.pipeline.program.cube_order`, MTE1 and Cube chunks
-       (:meth:`bmm1` $S = Q K^T$, :meth:`bmm2` $O_{part} = P V$), the release of its L1
+    1. the loads: :func:`~flashlab.pipeline.loads.iterate_all_loads` or
+       :func:`~flashlab.pipeline.loads.own_mte2_loads` call :meth:`load_q`, :meth:`load_k`,
+       :meth:`load_v`, :meth:`load_p` in MTE2's program order;
+    2. :meth:`cube_stage`: per matmul of :func:`~flashlab.pipeline.program.cube_order`, MTE1 and
+       Cube chunks (:meth:`bmm1` $S = Q K^T$, :meth:`bmm2` $O_{part} = P V$), the release of its L1
        buffers (:meth:`free_l1`) and the FixPipe write-back (:meth:`fixpipe`);
     3. :meth:`vector_stage`: the online softmax (:meth:`softmax`, :meth:`rescale`,
        :meth:`finish`) and the MTE3 write-backs (:meth:`store_p`, :meth:`store_o`);

@@ -5,8 +5,18 @@
 """
 from __future__ import annotations
 
-from flashlab.pipeline.params import (GiB, KiB, MiB, ComputeUnit, CoreModel, DataPath, Engine,
-                                     HardwareProfile, MemoryLevel, Param)
+from flashlab.pipeline.params import (
+    ComputeUnit,
+    CoreModel,
+    DataPath,
+    Engine,
+    GiB,
+    HardwareProfile,
+    KiB,
+    MemoryLevel,
+    MiB,
+    Param,
+)
 
 __all__ = ["FA1", "A100_WP", "A100_DS", "H100_WP", "H100_DS", "SEED_002", "CATLASS", "INI_910B2",
            "ASCENDC_ARCH", "A100_40GB", "A100_80GB", "H100", "MEMORY_RATES",

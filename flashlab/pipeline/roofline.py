@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.pipeline.params import HardwareProfile, Param
 from flashlab.arguments import as_real
+from flashlab.pipeline.params import HardwareProfile, Param
 
 __all__ = ["ridge_point", "roofline", "roofline_time", "bound", "HBM_ENGINES",
            "MAIN_MEMORY_LEVELS", "with_hbm_bandwidth", "with_core"]

@@ -65,8 +65,16 @@ $PV$ (the accumulator it rescales).
 from __future__ import annotations
 
 from flashlab.arguments import as_int, as_real
-from flashlab.pipeline.buffers import (KV_SOURCES, FAShape, buffer_needs, check_fit, core_of, l0c_slots,
-                                       positive_int, resolve_buffers)
+from flashlab.pipeline.buffers import (
+    KV_SOURCES,
+    FAShape,
+    buffer_needs,
+    check_fit,
+    core_of,
+    l0c_slots,
+    positive_int,
+    resolve_buffers,
+)
 from flashlab.pipeline.graph_builder import FAGraphBuilder
 from flashlab.pipeline.loads import iterate_all_loads, own_mte2_loads
 from flashlab.pipeline.params import HardwareProfile

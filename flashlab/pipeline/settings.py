@@ -17,13 +17,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from flashlab.pipeline.hardware import (
-    ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORES, HardwareProfile, with_hbm_bandwidth,
-)
+from flashlab.arguments import as_int, as_real
 from flashlab.pipeline.buffers import STRATEGIES
+from flashlab.pipeline.hardware import (
+    ASCEND_910B,
+    ASCEND_910B_AI_CORE,
+    ASCEND_910B_CORES,
+    HardwareProfile,
+    with_hbm_bandwidth,
+)
 from flashlab.pipeline.schedule import simulate_fa
 from flashlab.pipeline.simulate import SimResult
-from flashlab.arguments import as_int, as_real
 
 __all__ = ["HEAD_DIMS", "ROPE_MODES", "ROPE_DIM", "DEFAULT_HBM_TB_S",
            "core_profile", "PipelineSettings", "simulate_settings", "run_settings", "summary"]

@@ -14,12 +14,11 @@ Colours: :data:`flashlab.viz.style.PALETTE` (``q``, ``k``, ``v``, ``o`` for the 
 """
 from __future__ import annotations
 
-
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from flashlab.dataflows import Step, total
 from flashlab.arguments import as_int
+from flashlab.dataflows import Step, total
 from flashlab.viz.style import PALETTE, markdown_table, new_figure
 
 __all__ = ["PANELS", "head_dims_figure", "ledger_markdown"]

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from flashlab.rope import pair_indices
 from flashlab.arguments import as_int
+from flashlab.rope import pair_indices
 from flashlab.viz.style import PALETTE, SERIES, new_figure
 
 __all__ = ["TILE_OPTIONS", "BUFFER_KINDS", "tile_buffers", "draw_score_options", "draw_rope_pairs"]

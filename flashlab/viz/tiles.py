@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from flashlab.masks import EMPTY, FULL, PARTIAL, allowed as band_allowed, classify_tiles
+from flashlab.masks import EMPTY, FULL, PARTIAL, classify_tiles
+from flashlab.masks import allowed as band_allowed
 from flashlab.tiling import cdiv
 from flashlab.viz.style import PALETTE, background_of, blit_png, new_figure
 
