@@ -28,7 +28,7 @@ tile whose mask is all ``True`` is skipped after reading the mask tile.
 
 **Bias, ALiBi and dropout.** An additive ``bias`` (broadcastable to (B, H, Sq, Sk), read
 through its own shape, never expanded) and a generated ALiBi bias
-$-\text{slope}_h\,|j - i - c|$ are added to $S$ after scaling (:func:`add_bias_tile`).
+$-\text{slope}_h\,|j - i - c|$ are added to $S$ after scaling (:func:`~flashlab.kernels.tile.add_bias_tile`).
 Dropout zeroes entries of $\tilde P$ *after* $\ell$ has summed them (the softmax is of the
 undropped scores) and before $\tilde P V$; the output is divided by the keep probability at
 the end. Which entries are dropped is a function of their position (:mod:`flashlab.dropout`),
@@ -39,7 +39,7 @@ so the backward drops the very same ones.
 it; the API raises instead of reporting an overflowed row as a masked one.
 
 **Rows with no allowed key** keep $m = -\infty$, $\ell = 0$: they give $O = 0$ and
-$\mathrm{LSE} = -\infty$ (never NaN), see :func:`finalize_rows`.
+$\mathrm{LSE} = -\infty$ (never NaN), see :func:`~flashlab.kernels.tile.finalize_rows`.
 
 The tile operations are ``@njit`` helpers of :mod:`flashlab.kernels.tile`; the tile explorer
 (:mod:`flashlab.walk`) calls the same helpers one tile at a time, so what the book animates is

@@ -151,7 +151,7 @@ def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
 
     ``band_partial``: the band cuts through this tile (otherwise no band test is needed).
     ``mask2d`` (Sq or 1, Sk or 1) bool, True = masked out, read only when ``has_mask``: an
-    axis of length 1 is broadcast (a key-padding mask is (1, Sk)), see :func:`mask_at`.
+    axis of length 1 is broadcast (a key-padding mask is (1, Sk)), see :func:`~flashlab.masks.mask_at`.
     """
     rows, cols = s.shape
     for r in range(rows):
