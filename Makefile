@@ -8,11 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv assets book check-site handout assignments test pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site handout assignments test lint pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
-	@echo "make test   run the package tests, nbval on every notebook, and the book build"
+	@echo "make test   run the package tests, nbval on every notebook, the book build and lint"
+	@echo "make lint   ruff (pyflakes, pycodestyle, isort, bugbear) and mypy on the public modules"
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
 	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets,"
 	@echo "            content cut off at 1280 or 390 px;"
@@ -69,6 +70,7 @@ test: $(STAMP)
 	if [ $$status -eq 0 ] && [ -n "$(CHROMIUM)" ]; then \
 	    $(BIN)/python tools/check_site.py || status=1; \
 	elif [ -z "$(CHROMIUM)" ]; then echo "make test: chromium not installed, check-site skipped"; fi; \
+	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory pytest || status=1; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
@@ -80,6 +82,11 @@ test: $(STAMP)
 # architectures keep their own kernels. The package tests run with the environment as it is.
 NBVAL_CORETYPE ?= Sandybridge
 NBVAL_ENV := $(if $(filter x86_64,$(shell uname -m)),OPENBLAS_CORETYPE=$(NBVAL_CORETYPE))
+# the settings (rules, line length, the modules mypy checks) are in pyproject.toml;
+# .pre-commit-config.yaml runs the same two commands before each commit
+lint: $(STAMP)
+	$(BIN)/ruff check flashlab tests tools
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	@status=0; \

@@ -19,11 +19,24 @@ Submodules: ``masks`` (the mask model), ``dropout`` (the counter-based dropout m
 ``bench`` (``python -m flashlab.bench``), ``numba_cache`` (where compiled kernels are cached;
 read-only installs).
 """
-from flashlab.api import flash_attention, flash_attention_backward, tiles_computed
-from flashlab.cann import flash_attention_score, flash_attention_score_grad
-from flashlab.reference import attention_naive, attention_reference, attention_reference_backward
+from typing import TYPE_CHECKING
 
+from flashlab._lazy import lazy_face
+
+#: where each public name lives; imported on first use (PEP 562), so that ``import flashlab``
+#: and ``import flashlab.pipeline`` do not load Numba
+_EXPORTS = {
+    "flashlab.api": ("flash_attention", "flash_attention_backward", "tiles_computed"),
+    "flashlab.cann": ("flash_attention_score", "flash_attention_score_grad"),
+    "flashlab.reference": ("attention_reference", "attention_naive", "attention_reference_backward"),
+}
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed",
            "flash_attention_score", "flash_attention_score_grad",
            "attention_reference", "attention_naive", "attention_reference_backward"]
 __version__ = "0.1.0"
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names, for type checkers and readers
+    from flashlab.api import flash_attention, flash_attention_backward, tiles_computed
+    from flashlab.cann import flash_attention_score, flash_attention_score_grad
+    from flashlab.reference import attention_naive, attention_reference, attention_reference_backward

@@ -12,18 +12,20 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import numba
 import numpy as np
 
+from flashlab.arguments import as_bool
 from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
+from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, cdiv, q_splits
+from flashlab.validation import Problem, check_output_like, contiguous, prepare, scan_kv, scores_may_overflow
+
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
-from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, q_splits
-from flashlab.validation import (Problem, as_bool, check_output_like, contiguous, prepare,
-                                 scan_kv, scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
@@ -60,7 +62,7 @@ def serial_if_small(p: Problem):
         numba.set_num_threads(old)
 
 
-def compute_dtype(dtype: np.dtype) -> type:
+def compute_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
     """Accumulation dtype for inputs of ``dtype``: float64 stays float64, the rest use float32."""
     return np.float64 if dtype == np.float64 else np.float32
 
@@ -104,7 +106,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     ct = compute_dtype(p.dtype)
     q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
     has_rope = p.q_rope is not None
-    if has_rope:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
     else:
         q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
@@ -116,7 +118,7 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     if decode:
         tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
         return o, lse, row_max, tiles
-    n_qb = -(-Sq // p.block_q)
+    n_qb = cdiv(Sq, p.block_q)
     tiles = np.zeros(B * H * n_qb, dtype=np.int64)
     overflow = np.zeros(B * H * n_qb, dtype=np.int64)
     flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
@@ -143,7 +145,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
     head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
     group = H // Hkv
-    n_split = kv_splits(B, Hkv, -(-Sk // p.block_k))
+    n_split = kv_splits(B, Hkv, cdiv(Sk, p.block_k))
     part_m = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
     part_l = np.empty((B, Hkv, n_split, group * Sq), dtype=ct)
     part_acc = np.empty((B, Hkv, n_split, group * Sq, Dv), dtype=ct)
@@ -283,7 +285,7 @@ def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, 
     if np.isnan(lse).any() or (lse == np.inf).any():
         raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return tuple(contiguous(x) for x in (do, o, lse))
+    return contiguous(do), contiguous(o), contiguous(lse)
 
 
 def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
@@ -309,7 +311,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
     do, o, lse = _backward_operands(p, do, o, lse)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
-    if has_rope:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
         Hr, Dr = k_rope.shape[1], p.d_rope
     else:
@@ -317,7 +319,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
         k_rope = q_rope
         Hr, Dr = 1, 1
     mask = _NO_MASK if p.mask is None else p.mask
-    n_qb = -(-Sq // p.block_q)
+    n_qb = cdiv(Sq, p.block_q)
     n_split = q_splits(B, H, n_qb)
 
     def grad_and_partial(heads: int, dim: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -335,11 +337,12 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
         dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
     else:
         dk_rope, dkr_part, dkr_sum = None, np.zeros((1, 1, 1, 1, 1), dtype=ct), False
-    want_dbias = bool(want_dbias) and p.bias is not None
-    if want_dbias:
+    bias = p.bias
+    want_dbias = bool(want_dbias) and bias is not None
+    if want_dbias and bias is not None:
         # one dS sum per work item where the bias broadcasts over the rows (they share it),
         # else one per (b, h): each row of dbias is then written by its own work item only
-        Sqb, Skb = p.bias.shape[2:]
+        Sqb, Skb = bias.shape[2:]
         dbias_part = np.zeros((B, H, n_split if Sqb == 1 else 1, Sqb, Skb), dtype=ct)
     else:
         dbias_part = np.zeros((1, 1, 1, 1, 1), dtype=ct)
@@ -358,9 +361,11 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
                                   (dk_rope, dkr_part, dkr_sum)):
         if needs_sum:
             sum_partials(part, grad)
-    grads = (dq, dk, dv) + ((dq_rope, dk_rope) if has_rope else ())
-    if want_dbias:
-        grads += (_reduce_dbias(dbias_part, p.bias.shape),)
+    grads: tuple[np.ndarray, ...] = (dq, dk, dv)
+    if dk_rope is not None:
+        grads += (dq_rope, dk_rope)
+    if want_dbias and bias is not None:
+        grads += (_reduce_dbias(dbias_part, bias.shape),)
     return grads, tiles
 
 

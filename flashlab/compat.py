@@ -57,14 +57,15 @@ Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int, as_real
-from flashlab.validation import FLOAT_DTYPES, FLOAT_NAMES, check_alibi_slopes, check_pair
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
+from flashlab.validation import FLOAT_DTYPES, FLOAT_NAMES, check_alibi_slopes, check_pair
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
            "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
@@ -139,7 +140,8 @@ class _Options:
 
         The one place dropout and ALiBi reach the kernels.
         """
-        kw = {"scale": self.scale, "window": band_from_window(sq, sk, self.causal, self.window_size)}
+        kw: dict[str, Any] = {"scale": self.scale,
+                              "window": band_from_window(sq, sk, self.causal, self.window_size)}
         if self.dropout_p > 0:
             kw.update(dropout_p=self.dropout_p, seed=self.seed, offset=offset)
         if slopes is not None:

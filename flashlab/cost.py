@@ -51,10 +51,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from flashlab.arguments import as_int
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.tiling import cdiv, q_splits
-from flashlab.validation import as_int
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_flops",
            "matmul_intensities", "hbm_elements_standard", "hbm_elements_flash", "block_for_sram",
@@ -140,7 +141,7 @@ def standard_attention_extra_bytes(seq_q: int, seq_k: int, *, batch: int = 1, he
 
 
 def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int = 128,
-                    elem: int = 2, kv_hit: float = 0.0) -> dict[str, tuple[float, int]]:
+                    elem: int = 2, kv_hit: float = 0.0) -> dict[str, tuple[float, float]]:
     """``{name: (FLOPs, HBM bytes)}`` per (batch, head) for the roofline.
 
     The three steps of standard attention as *unfused* operators (each reads its inputs from
@@ -161,7 +162,7 @@ def operation_costs(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int
         as_int(name, x, lo=1)
     _check_hit(kv_hit)
     n = seq_q * seq_k
-    steps = {
+    steps: dict[str, tuple[float, float]] = {
         # Q K^T: 2 n Dqk FLOPs; read Q (Sq x Dqk), K (Sk x Dqk), write S (Sq x Sk)
         "QK^T": (2.0 * n * d_qk, elem * (seq_q * d_qk + seq_k * d_qk + n)),
         # softmax: 5 FLOPs per element; read S, write P
@@ -303,8 +304,8 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
     if dataflow == "standard":
         n = seq_q * sk
         # read Q, K; write S; read S, write P; read P, V; write O
-        read = seq_q * d + sk * d + n + n + sk * d_v
-        return Traffic(float(bh * elem * read), float(bh * elem * (n + n + seq_q * d_v)))
+        elements_read = seq_q * d + sk * d + n + n + sk * d_v
+        return Traffic(float(bh * elem * elements_read), float(bh * elem * (n + n + seq_q * d_v)))
     a = accumulator_bytes(elem) if lse_elem is None else lse_elem
     f = 1.0 if dataflow == "decode" else kv_reread_factor(seq_q, block_q, kv_hit, seq_k=sk, causal=causal)
     # read Q once and K, V f times; write O and the LSE
@@ -520,7 +521,7 @@ def mla_savings(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v:
     is ``1 - 1/factor``. With DeepSeek-V3's dims, padding V costs ``"PV FLOPs"`` = 192/128 = 1.5.
     """
     args = (batch, heads, seq, d_nope, d_rope, d_v)
-    kw = dict(causal=causal, elem=elem, seq_k=seq_k)
+    kw: dict[str, Any] = dict(causal=causal, elem=elem, seq_k=seq_k)
     sk = seq if seq_k is None else seq_k
     pairs = batch * heads * attended_pairs(seq, sk, causal)
 

@@ -79,6 +79,7 @@ class StepName(_Name):
 
 
 DATAFLOWS: tuple[Dataflow, ...] = tuple(Dataflow)
+#: the three RECT-FA ideas, in the article's order
 IDEAS: tuple[Idea, ...] = tuple(Idea)
 
 #: the attention kernels themselves (every dataflow runs one of them per direction)

@@ -13,7 +13,9 @@ The band alone decides which tiles a kernel may skip without reading anything: f
 block of rows ``[i0, i1)`` only keys in ``[i0 - left, i1 - 1 + right]`` can be allowed, so
 the kv-blocks outside that range are never visited (:func:`kv_block_range`). Inside it a
 tile is *full* (every pair allowed by the band) or *partial* (the kernel masks element by
-element) — :func:`tile_class`.
+element) — :func:`tile_class`. With a dense mask, a tile whose band-allowed entries the mask
+removes entirely is skipped too (:func:`tile_fully_masked`); :func:`tile_visit_class` is the
+whole rule the kernels, the tile walk and :func:`classify_tiles` apply.
 
 The Ascend operator's ``sparse_mode`` 0..8 are translated into this model's band in
 :mod:`flashlab.cann.sparse_modes`.
@@ -24,9 +26,15 @@ import numpy as np
 from numba import njit
 
 from flashlab.numba_cache import CACHE
+from flashlab.tiling import cdiv
 
-__all__ = ["NO_LIMIT", "EMPTY", "PARTIAL", "FULL", "TILE_CLASS_NAMES", "band_from", "clamp_side", "clamp_band",
-           "kv_block_range", "tile_class", "band_box", "allowed", "classify_tiles"]
+__all__ = ["NO_LIMIT", "EMPTY", "PARTIAL", "FULL", "TILE_CLASS_NAMES", "band_from", "clamp_side",
+           "clamp_band", "cdiv_jit", "kv_block_range", "tile_class", "mask_at", "tile_fully_masked",
+           "tile_visit_class", "band_box", "allowed", "classify_tiles"]
+
+#: :func:`flashlab.tiling.cdiv` compiled for Numba code (the same function: one spelling of
+#: ``ceil(a / b)`` for the kernels and for Python alike)
+cdiv_jit = njit(cache=CACHE, inline="always")(cdiv)
 
 #: Stand-in for an unbounded band side. Large enough that ``i - NO_LIMIT`` and
 #: ``i + NO_LIMIT`` never overflow int64 and always lie outside any sequence.
@@ -104,7 +112,7 @@ def kv_block_range(i0: int, i1: int, sk: int, block_k: int, left: int, right: in
     j_hi = min(sk, i1 + right)
     if j_hi <= j_lo:
         return 0, 0
-    return j_lo // block_k, (j_hi + block_k - 1) // block_k
+    return j_lo // block_k, cdiv_jit(j_hi, block_k)
 
 
 @njit(cache=CACHE)
@@ -120,6 +128,42 @@ def tile_class(i0: int, i1: int, j0: int, j1: int, left: int, right: int) -> int
     if j0 >= i1 - 1 - left and j1 - 1 <= i0 + right:
         return FULL
     return PARTIAL
+
+
+@njit(cache=CACHE, inline="always")
+def mask_at(x2d, i, j):
+    """``x2d[i, j]`` of a 2-D array broadcast to (Sq, Sk): an axis of length 1 is read at 0."""
+    return x2d[i if x2d.shape[0] > 1 else 0, j if x2d.shape[1] > 1 else 0]
+
+
+@njit(cache=CACHE)
+def tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
+    """True when band and dense mask together leave no allowed entry in the tile (it is skipped).
+
+    Only the band-allowed entries ``i - left <= j <= i + right`` are checked against the mask,
+    so a tile whose few band-allowed entries are all masked is skipped too.
+    """
+    for i in range(i0, i1):
+        # the band-allowed columns of row i, clipped to the tile
+        for j in range(max(j0, i - left), min(j1, i + right + 1)):
+            if not mask_at(mask2d, i, j):
+                return False
+    return True
+
+
+@njit(cache=CACHE)
+def tile_visit_class(i0, i1, j0, j1, left, right, mask2d, has_mask):
+    """The class a kernel gives tile rows ``[i0, i1)`` x cols ``[j0, j1)``: EMPTY (skipped),
+    PARTIAL (masked element by element) or FULL (no masking).
+
+    The band's class (:func:`tile_class`), and EMPTY when the dense mask ``mask2d`` (read only
+    when ``has_mask``) removes every band-allowed entry (:func:`tile_fully_masked`). A band-FULL
+    tile stays FULL here; the kernels still apply the dense mask to it (``has_mask``).
+    """
+    cls = tile_class(i0, i1, j0, j1, left, right)
+    if cls != EMPTY and has_mask and tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
+        return EMPTY
+    return cls
 
 
 @njit(cache=CACHE)
@@ -166,17 +210,19 @@ def classify_tiles(sq: int, sk: int, block_q: int, block_k: int, left: int, righ
     (the forward kernel skips those too, after reading the mask tile).
     """
     left, right = clamp_band(left, right, sq, sk)
-    nq, nk = -(-sq // block_q), -(-sk // block_k)
+    nq, nk = cdiv(sq, block_q), cdiv(sk, block_k)
     out = np.empty((nq, nk), dtype=np.int8)
-    ok_all = None if mask is None else allowed(sq, sk, left, right) & ~mask
+    has_mask = mask is not None
+    mask2d = np.ascontiguousarray(mask, dtype=np.bool_) if has_mask else np.zeros((1, 1), np.bool_)
+    dense = np.broadcast_to(mask2d, (sq, sk))
     for a in range(nq):
         i0, i1 = a * block_q, min(sq, (a + 1) * block_q)
         for b in range(nk):
             j0, j1 = b * block_k, min(sk, (b + 1) * block_k)
-            c = tile_class(i0, i1, j0, j1, left, right)
-            if ok_all is not None and c != EMPTY:
-                ok = ok_all[i0:i1, j0:j1]
-                c = EMPTY if not ok.any() else (FULL if ok.all() else PARTIAL)
+            # the kernels' rule: band class, EMPTY when the mask leaves no allowed entry
+            c = tile_visit_class(i0, i1, j0, j1, left, right, mask2d, has_mask)
+            if has_mask and c == FULL and dense[i0:i1, j0:j1].any():
+                c = PARTIAL   # a band-FULL tile the mask cuts into
             out[a, b] = c
     return out
 

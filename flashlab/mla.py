@@ -53,7 +53,7 @@ from flashlab.cost import backward_partials_elements, check_dataflow
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
 from flashlab.masks import band_from
 
-__all__ = ["DATAFLOWS", "Step", "MLAForward", "mla_forward", "mla_backward", "ledger_total",
+__all__ = ["DATAFLOWS", "Step", "MLAForward", "mla_forward", "mla_backward",
            "ledger_peak", "format_ledger", "expand_heads", "concat_last", "pad_last", "slice_last",
            "split_last", "sum_heads", "attention", "attention_backward"]
 
@@ -68,10 +68,6 @@ def _record(ledger: list[Step], name: StepName, reads: dict[str, np.ndarray],
                        sum(x.nbytes for x in reads.values()), written, written, int(workspace),
                        {k: x.shape for k, x in reads.items()},
                        {k: x.shape for k, x in writes.items()}, matmuls))
-
-
-#: the steps summed into one :class:`Step` named ``"total"`` (:func:`flashlab.dataflows.total`)
-ledger_total = total
 
 
 def ledger_peak(ledger: list[Step]) -> int:
@@ -93,7 +89,7 @@ def format_ledger(ledger: list[Step], *, unit: int = 2 ** 20, unit_name: str = "
     head = (f"{'step':<26}{'MFLOP':>10}{'read':>10}{'written':>10}{'allocated':>11}"
             f"{'workspace':>11}   ({unit_name})")
     rows = [head, "-" * len(head)]
-    for s in list(ledger) + [ledger_total(ledger)]:
+    for s in list(ledger) + [total(ledger)]:
         if s.name == StepName.TOTAL:
             rows.append("-" * len(head))
         rows.append(f"{s.name:<26}{s.flops / 1e6:>10.2f}{s.bytes_read / unit:>10.3f}"

@@ -66,29 +66,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flashlab import cost, dataflows
-from flashlab.dataflows import KERNEL_STEPS, Dataflow, Idea, Step
+from flashlab.arguments import as_bool, as_int, as_real
+from flashlab.dataflows import IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, Step
 from flashlab.pipeline.params import HardwareProfile
 from flashlab.pipeline.profiles import ASCEND_910B_CORES
 from flashlab.pipeline.roofline import with_hbm_bandwidth
 from flashlab.pipeline.schedule import simulate_fa
-from flashlab.rope import (DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM,
-                           DEEPSEEK_V3_V_DIM)
-from flashlab.validation import as_bool, as_int, as_real
+from flashlab.rope import DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM, DEEPSEEK_V3_V_DIM
 
-__all__ = ["IDEAS", "IDEA_LABELS", "REMOVES", "ASCEND_910B_CORES", "MLAProblem", "check_ideas", "label",
+__all__ = ["IDEA_LABELS", "MLAProblem", "check_ideas", "label",
            "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",
            "chip_bandwidth", "with_chip_bandwidth", "QBlockModel", "qblock_model",
            "kernel_seconds", "Composition", "compose", "compose_backward", "speedup",
            "RooflinePoint", "kernel_roofline_by_hit", "break_even_hit"]
 
-#: the three RECT-FA ideas, in the article's order (:class:`flashlab.dataflows.Idea`)
-IDEAS = dataflows.IDEAS
-
 #: short names of the ideas for tables and legends
 IDEA_LABELS = {idea: idea.label for idea in IDEAS}
-
-#: the separate operators each idea removes (:data:`flashlab.dataflows.REMOVES`)
-REMOVES = dataflows.REMOVES
 
 
 @dataclass(frozen=True)
@@ -167,7 +160,8 @@ class MLAProblem:
 
 
 def check_ideas(ideas: Iterable[str]) -> frozenset[str]:
-    """``ideas`` as a frozenset, each one of :data:`IDEAS` (``ValueError`` naming any other)."""
+    """``ideas`` as a frozenset, each one of :data:`~flashlab.dataflows.IDEAS` (``ValueError``
+    naming any other)."""
     names = tuple(map(str, IDEAS))
     if isinstance(ideas, str):
         raise TypeError(f"ideas must be an iterable of names from {names}, not one string; "
@@ -190,7 +184,8 @@ def label(ideas: Iterable[str]) -> str:
 
 
 def all_combinations() -> list[frozenset[str]]:
-    """The 8 subsets of :data:`IDEAS`, from the baseline (none) to all three, by size."""
+    """The 8 subsets of :data:`~flashlab.dataflows.IDEAS`, from the baseline (none) to all three,
+    by size."""
     return [frozenset(c) for r in range(len(IDEAS) + 1) for c in itertools.combinations(IDEAS, r)]
 
 
@@ -215,7 +210,8 @@ def separate_steps(problem: MLAProblem, ideas: Iterable[str], *, backward: bool 
                    ) -> list[Step]:
     """The separate operators around the FA kernel that remain with these ideas, with their
     bytes (:class:`flashlab.dataflows.Step`): the baseline's pad, slice, expand and concat (or
-    their gradients, with ``backward=True``) minus those :data:`REMOVES` names for each idea."""
+    their gradients, with ``backward=True``) minus those :data:`~flashlab.dataflows.REMOVES` names
+    for each idea."""
     s = check_ideas(ideas)
     args, kw = problem.cost_args()
     steps = (cost.mla_backward_steps(*args, dataflow=Dataflow.BASELINE, block_q=problem.block_q, **kw)
@@ -316,7 +312,7 @@ class Composition:
     Attributes
     ----------
     ideas
-        the ideas switched on (a subset of :data:`IDEAS`)
+        the ideas switched on (a subset of :data:`~flashlab.dataflows.IDEAS`)
     kernel
         seconds of the FA kernel on the whole problem
     ops

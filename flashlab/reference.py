@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.validation import Problem, check_output_like, prepare
 from flashlab.dropout import keep_mask, keep_probability
 from flashlab.masks import allowed
+from flashlab.validation import Problem, check_output_like, prepare
 
 __all__ = ["attention_reference", "attention_reference_backward", "attention_naive"]
 
@@ -87,7 +87,7 @@ def _forward(p: Problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     q, k, v = (x.astype(dtype, copy=False) for x in (p.q, p.k, p.v))
     # S = scale (Q K^T [+ Q_rope K_rope^T])
     s = q @ _expand_heads(k, H).swapaxes(-1, -2)
-    if p.q_rope is not None:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         s += p.q_rope.astype(dtype) @ _expand_heads(p.k_rope.astype(dtype), H).swapaxes(-1, -2)
     s *= dtype(p.scale)
     # S += bias (after scaling)
@@ -191,11 +191,11 @@ def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, windo
         return x.reshape(B, heads, H // heads, *x.shape[2:]).sum(axis=2)
 
     grads = [dq, group_sum(dk, Hkv), group_sum(dv, Hkv)]
-    if p.q_rope is not None:
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
         Hr = p.k_rope.shape[1]
         grads.append(ds @ _expand_heads(p.k_rope.astype(np.float64), H))
         grads.append(group_sum(ds.swapaxes(-1, -2) @ p.q_rope.astype(np.float64), Hr))
-    if return_dbias:
+    if return_dbias and p.bias is not None:
         # dbias = dS, summed over the axes the bias broadcasts
         axes = tuple(a for a in range(4) if p.bias.shape[a] == 1)
         grads.append(dbias.sum(axis=axes, keepdims=True).reshape(np.shape(bias)))

@@ -52,7 +52,6 @@ its long-context YaRN rescaling of the frequencies is not modelled here.
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from flashlab.arguments import as_int, as_real

@@ -44,6 +44,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+
 # a custom op's first call runs behind torch._disable_dynamo, which imports torch._dynamo
 # (measured: 11.8 s of a 12.8 s first forward on the loaded 2-core machine); importing it
 # here puts that cost at import, where a user expects it, not in the first training step

@@ -28,9 +28,9 @@ from flashlab.dropout import keep_threshold
 from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
-__all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "as_int", "as_real", "as_bool", "contiguous", "prepare", "check_alibi_slopes",
-           "check_pair", "check_output_like",
-           "scan_kv", "scores_may_overflow"]
+__all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
+           "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
+           "scores_may_overflow"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
 #: are computed in float32 and returned in their own dtype
@@ -220,7 +220,7 @@ def check_pair(name: str, x, what: str) -> tuple:
     return tuple(x)
 
 
-def _window(window) -> tuple:
+def _window(window) -> tuple | None:
     if window is None:
         return None
     window = check_pair("window", window, "ints or None")

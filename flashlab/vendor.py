@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import cost, rect
-from flashlab.dataflows import DATAFLOWS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
+from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
 
 __all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "PARTLY", "Estimate", "VendorRow", "verdict",
@@ -248,7 +248,7 @@ class _Inputs:
         return _npu_seconds(steps, names, self.chip)
 
 
-ALL_IDEAS = frozenset(rect.IDEAS)
+ALL_IDEAS = frozenset(IDEAS)
 KV_SOURCES = ("hbm", "l2")
 
 

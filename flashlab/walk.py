@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab.api import compute_dtype
-from flashlab.kernels.forward import (finalize_rows, mask_tile, online_softmax_update,
-                                      score_tile, tile_fully_masked)
-from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
-from flashlab.tiling import FORWARD_BLOCK
-from flashlab.validation import as_int, prepare
+from flashlab.arguments import as_int
+from flashlab.kernels.tile import finalize_rows, mask_tile, online_softmax_update, score_tile
+from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class, tile_fully_masked
+from flashlab.tiling import FORWARD_BLOCK, cdiv
+from flashlab.validation import prepare
 
 __all__ = ["COMPUTED", "OUTSIDE_BAND", "MASKED_OUT", "TileStep", "Walk", "walk_forward"]
 
@@ -99,11 +99,11 @@ class Walk:
 
     @property
     def n_qb(self) -> int:
-        return -(-self.sq // self.block_q)
+        return cdiv(self.sq, self.block_q)
 
     @property
     def n_kb(self) -> int:
-        return -(-self.sk // self.block_k)
+        return cdiv(self.sk, self.block_k)
 
     @property
     def computed(self) -> list[TileStep]:
@@ -148,7 +148,7 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     mask2d = (p.mask[b if p.mask.shape[0] > 1 else 0, h if p.mask.shape[1] > 1 else 0]
               if has_mask else np.zeros((1, 1), dtype=np.bool_))
     left, right, bq, bk = p.left, p.right, p.block_q, p.block_k
-    n_qb, n_kb = -(-Sq // bq), -(-Sk // bk)
+    n_qb, n_kb = cdiv(Sq, bq), cdiv(Sk, bk)
 
     o = np.empty((Sq, Dv), dtype=ct)
     lse = np.empty(Sq, dtype=np.float32)

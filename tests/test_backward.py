@@ -12,8 +12,9 @@ imposes on any backward. Where the forward ran the split-KV (decode) kernel, its
 from gemms of other shapes than the backward's recomputation, and a BLAS may round them
 differently by shape (OpenBLAS on AMD Zen 5 does): there the yardstick is the larger error of
 the naive backward and of one whose recomputed scores are summed in two halves of the head
-dim, i.e. round differently from the scores its LSE came from. float64 inputs get the float64 reference's ``lse`` (the forward's
-float32 ``lse`` would limit them to ~1e-7 relative, as flash_attention_backward documents)
+dim, i.e. round differently from the scores its LSE came from. float64 inputs get the float64
+reference's ``lse`` (the forward's float32 ``lse`` would limit them to ~1e-7 relative, as
+flash_attention_backward documents)
 and the kernel's float64 ``o``.
 
 The grid, as in test_forward.py, is a set of products:
@@ -36,17 +37,33 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from conftest import (
+    DIMS,
+    DTYPE_KINDS,
+    DTYPE_PAIRS,
+    HEADS,
+    LENGTH_PAIRS,
+    MASK_KINDS,
+    ONE_BY_ONE_KINDS,
+    ONE_BY_ONE_PAIRS,
+    Q_SCALE_IDS,
+    Q_SCALES,
+    dense_allowed,
+    hashes_at_1_3_4_threads,
+    make_qkv,
+    mask_options,
+    max_abs_err,
+    pair_id,
+    sha256_of,
+)
 from hypothesis import given, settings
+from test_forward import problems  # the forward's hypothesis strategy
 
 import flashlab
 from flashlab import api
-from flashlab.validation import prepare
 from flashlab.kernels.backward import flash_backward_kernel
 from flashlab.tiling import q_splits
-from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
-                      ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, dense_allowed, make_qkv,
-                      hashes_at_1_3_4_threads, mask_options, max_abs_err, pair_id, sha256_of)
-from test_forward import problems   # the forward's hypothesis strategy
+from flashlab.validation import prepare
 
 GRAD_NAMES = ("dq", "dk", "dv", "dq_rope", "dk_rope")
 #: relative floor of the tolerance: 1e-6 * max(1, max|reference gradient|)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_close_to_reference, make_qkv, max_abs_err, random_mask
 
 import flashlab
 from flashlab import api, cann
 from flashlab.validation import prepare
-from conftest import assert_close_to_reference, make_qkv, max_abs_err, random_mask
 
 INF = 2147483647
 LAYOUTS4 = ["BSH", "SBH", "BSND", "BNSD"]
@@ -396,6 +396,7 @@ def test_sparse_mode_mask_matches_the_rules():
 def test_drawing_and_table():
     """Each panel shows what the operator computes for the example; the table has every mode."""
     import matplotlib.pyplot as plt
+
     from flashlab.viz.sparse_modes import example_arguments, sparse_mode_markdown, sparse_mode_table
     fig = sparse_mode_table(12, 16)
     args = example_arguments(12, 16)

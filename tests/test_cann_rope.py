@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import assert_close_to_reference, max_abs_err
 
 import flashlab
 from flashlab import cann
-from conftest import assert_close_to_reference, max_abs_err
 
 LAYOUTS4 = ["BSH", "SBH", "BSND", "BNSD"]
 B, N1, N2, S, D, DR, DV = 2, 4, 2, 19, 16, 8, 12

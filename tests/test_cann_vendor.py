@@ -11,7 +11,6 @@ max = float32 min, sum = float32 max. Dropout masks come from the documented gen
 """
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -71,7 +70,9 @@ def golden_backward(do, q, k, v, p, pd, *, scale, n2, keep=None, keep_prob=1.0):
     dq = scale * ds @ kr
     dk = scale * ds.swapaxes(-1, -2) @ q
     dv = pd.swapaxes(-1, -2) @ do
-    fold = lambda x: x.reshape(x.shape[0], n2, g, *x.shape[2:]).sum(axis=2)
+    def fold(x):
+        return x.reshape(x.shape[0], n2, g, *x.shape[2:]).sum(axis=2)
+
     return dq, fold(dk), fold(dv), ds
 
 

@@ -15,13 +15,18 @@ import inspect
 
 import numpy as np
 import pytest
-
-import flashlab
-from flashlab.compat import (band_from_window, flash_attn_func, flash_attn_func_backward,
-                             flash_attn_varlen_func, flash_attn_varlen_func_backward)
-from flashlab.dropout import keep_mask
 from conftest import assert_close_to_reference, max_abs_err
 from test_backward import naive_backward
+
+import flashlab
+from flashlab.compat import (
+    band_from_window,
+    flash_attn_func,
+    flash_attn_func_backward,
+    flash_attn_varlen_func,
+    flash_attn_varlen_func_backward,
+)
+from flashlab.dropout import keep_mask
 
 PAIRS = [(1, 1), (113, 203), (239, 1), (799, 3), (1023, 1024), (128, 217)]
 WINDOWS = [(-1, -1), (0, 0), (3, 5), (-1, 0)]

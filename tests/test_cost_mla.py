@@ -49,7 +49,7 @@ def test_closed_forms_equal_the_ledger(size, dataflow, causal, dtype):
     assert [as_tuple(s) for s in ledger_f] == [as_tuple(c) for c in closed_f]
     assert [as_tuple(s) for s in ledger_b] == [as_tuple(c) for c in closed_b]
     for ledger, closed in ((ledger_f, closed_f), (ledger_b, closed_b)):
-        assert as_tuple(mla.ledger_total(ledger)) == as_tuple(total(closed))
+        assert as_tuple(total(ledger)) == as_tuple(total(closed))
 
 
 def test_the_shapes_exercise_every_workspace_case():
@@ -121,7 +121,7 @@ def test_savings_equal_the_ratios_of_measured_ledgers():
     size = (1, 4, 16, 16, 128, 64, 128)
     totals = {}
     for flow in DATAFLOWS:
-        f, b = (mla.ledger_total(x) for x in run(size, flow, True, np.float32))
+        f, b = (total(x) for x in run(size, flow, True, np.float32))
         totals[flow] = {"forward FLOPs": f.flops, "backward FLOPs": b.flops,
                         "forward bytes": f.bytes_read + f.bytes_written,
                         "backward bytes": b.bytes_read + b.bytes_written,
@@ -145,6 +145,6 @@ def test_savings_equal_the_ratios_of_measured_ledgers():
     (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), ValueError, "block_q must be >= 1"),
 ])
 def test_bad_sizes_raise(call, error, match):
-    """TypeError for a wrong type, ValueError for a wrong value (flashlab.validation.as_int)."""
+    """TypeError for a wrong type, ValueError for a wrong value (flashlab.arguments.as_int)."""
     with pytest.raises(error, match=match):
         call()

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from flashlab import cost  # noqa: E402
-from flashlab.pipeline.hardware import A100, ASCEND_910B  # noqa: E402
+from flashlab.pipeline.hardware import A100_80GB, ASCEND_910B  # noqa: E402
 from flashlab.viz.roofline import attention_operations, plot_roofline  # noqa: E402
 
 SHAPES = [(1024, 1024, 64, 64), (4096, 4096, 128, 128), (2048, 1000, 192, 128), (7, 300, 16, 8)]
@@ -54,14 +54,14 @@ def test_operation_costs_validates():
 def test_plot_roofline_places_every_operation():
     ops = attention_operations(2048, 64)
     assert set(ops) == {"QK^T", "softmax", "PV", "standard attention", "FlashAttention (fused)"}
-    fig = plot_roofline([A100, ASCEND_910B], ops)
+    fig = plot_roofline([A100_80GB, ASCEND_910B], ops)
     ax = fig.axes[0]
     # one roof per profile + one marker per (profile, operation)
     marker_lines = [ln for ln in ax.lines if len(ln.get_xdata()) == 1]
     assert len(marker_lines) == 2 * len(ops)
     plt.close(fig)
     with pytest.raises(ValueError, match="outside intensity_range"):
-        plot_roofline(A100, {"x": 1e6})
+        plot_roofline(A100_80GB, {"x": 1e6})
     with pytest.raises(TypeError, match="HardwareProfile"):
         plot_roofline(["A100"])
 

@@ -16,8 +16,8 @@ from conftest import check_forward, hashes_at_1_3_4_threads, make_qkv, random_ma
 
 import flashlab
 from flashlab import api
-from flashlab.validation import prepare, scan_kv
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
+from flashlab.validation import prepare, scan_kv
 
 SKS = [1, 7, 129, 1000, 5000]
 #: (H, Hkv): GQA 32/8, MQA, MHA

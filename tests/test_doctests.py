@@ -9,9 +9,8 @@ import pytest
 
 import flashlab
 
-#: modules not imported here: torch_attention needs torch (optional, benchmarks only);
-#: widgets_pipeline is a deprecated alias that warns on import
-SKIP = {"flashlab.torch_attention", "flashlab.widgets_pipeline"}
+#: modules not imported here: torch_attention needs torch (optional, benchmarks only)
+SKIP = {"flashlab.torch_attention"}
 MODULES = sorted(m.name for m in pkgutil.walk_packages(flashlab.__path__, "flashlab.")
                  if m.name not in SKIP and ".bench.__main__" not in m.name)
 

@@ -10,10 +10,18 @@ import numpy as np
 import pytest
 
 from flashlab import exercises
-from flashlab.exercises import (Feedback, check_arithmetic_intensity, check_attention,
-                                check_backward_delta, check_band_mask, check_online_softmax,
-                                check_softmax, check_softmax_grad, check_tile_class)
-from flashlab.masks import EMPTY, FULL, PARTIAL, tile_class
+from flashlab.exercises import (
+    Feedback,
+    check_arithmetic_intensity,
+    check_attention,
+    check_backward_delta,
+    check_band_mask,
+    check_online_softmax,
+    check_softmax,
+    check_softmax_grad,
+    check_tile_class,
+)
+from flashlab.masks import PARTIAL, tile_class
 
 
 def assert_caught(feedback: Feedback, mistake: str, phrase: str) -> None:

@@ -10,8 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashlab.exercises import (Feedback, check_attention_flops, check_concat_bytes, check_mla_scores,
-                                check_pipeline_time, check_rope)
+from flashlab.exercises import (
+    Feedback,
+    check_attention_flops,
+    check_concat_bytes,
+    check_mla_scores,
+    check_pipeline_time,
+    check_rope,
+)
 
 
 def assert_caught(fb: Feedback, mistake: str, phrase: str) -> None:

@@ -17,16 +17,33 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import (
+    DIMS,
+    DTYPE_KINDS,
+    DTYPE_PAIRS,
+    HEADS,
+    LENGTH_PAIRS,
+    MASK_KINDS,
+    ONE_BY_ONE_KINDS,
+    ONE_BY_ONE_PAIRS,
+    Q_SCALE_IDS,
+    Q_SCALES,
+    assert_close_to_reference,
+    check_forward,
+    dense_allowed,
+    make_qkv,
+    mask_options,
+    pair_id,
+    random_mask,
+    tolerance,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flashlab
 from flashlab import api
-from flashlab.validation import prepare
 from flashlab.masks import EMPTY, band_from, classify_tiles
-from conftest import (DIMS, DTYPE_KINDS, DTYPE_PAIRS, HEADS, LENGTH_PAIRS, MASK_KINDS,
-                      ONE_BY_ONE_KINDS, ONE_BY_ONE_PAIRS, Q_SCALE_IDS, Q_SCALES, assert_close_to_reference,
-                      check_forward, dense_allowed, make_qkv, mask_options, pair_id, random_mask, tolerance)
-
+from flashlab.validation import prepare
 
 
 # ----------------------------------------------------------------- the rule itself can fail

@@ -13,7 +13,11 @@ from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.simulate import simulate, two_stage_graph  # noqa: E402
 from flashlab.viz.gantt import (  # noqa: E402
-    KIND_COLORS, SLOT_COLORS, draw_gantt, gantt_grid, slot_name,
+    KIND_COLORS,
+    SLOT_COLORS,
+    draw_gantt,
+    gantt_grid,
+    slot_name,
 )
 from flashlab.viz.style import PALETTE  # noqa: E402
 

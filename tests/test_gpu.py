@@ -14,10 +14,9 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import assert_close_to_reference, make_qkv, max_abs_err
-from flashlab import (attention_naive, attention_reference, attention_reference_backward,
-                      flash_attention_backward)
+
+from flashlab import attention_naive, attention_reference, attention_reference_backward, flash_attention_backward
 from flashlab.gpu import flash_attention_backward_gpu, flash_attention_gpu, standard_attention_gpu
 from flashlab.tiling import cdiv
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from flashlab.cost import tiled_attention_traffic
-from flashlab.exercises.gpu import (_HINTS, check_forward_read_bytes, check_shared_memory_bytes,
-                                    READ_CASES)
+from flashlab.exercises.gpu import _HINTS, READ_CASES, check_forward_read_bytes, check_shared_memory_bytes
 
 
 def right(sq, sk, dqk, dv, bq, bk, causal):

@@ -11,11 +11,10 @@ import itertools
 
 import numpy as np
 import pytest
-
 from conftest import make_qkv
+
 from flashlab.cost import gpu_keys_visited, standard_attention_traffic, tiled_attention_traffic
-from flashlab.gpu import (Traffic, flash_attention_backward_gpu, flash_attention_gpu,
-                          standard_attention_gpu)
+from flashlab.gpu import Traffic, flash_attention_backward_gpu, flash_attention_gpu, standard_attention_gpu
 from flashlab.gpu.standard import STANDARD_TILE
 from flashlab.masks import band_from, clamp_band, kv_block_range
 

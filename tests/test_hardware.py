@@ -25,7 +25,7 @@ def test_every_number_has_a_source(key):
 
 
 def test_params_rejects_a_bare_number():
-    level = dataclasses.replace(hw.A100.memories[0], count=108)
+    level = dataclasses.replace(hw.A100_80GB.memories[0], count=108)
     with pytest.raises(TypeError, match="bare number"):
         list(hw.params(level))
 
@@ -61,17 +61,17 @@ def test_ascend_910b_numbers():
 
 
 def test_gpu_numbers():
-    assert hw.A100.peak_flops.value == 312e12
+    assert hw.A100_80GB.peak_flops.value == 312e12
     assert hw.A100_80GB.hbm_bandwidth.value == 2039e9
     assert 1.5e12 <= hw.A100_40GB.hbm_bandwidth.value <= 2.0e12
-    sram = hw.A100.memory("SRAM (shared memory/L1)")
+    sram = hw.A100_80GB.memory("SRAM (shared memory/L1)")
     assert sram.capacity.value == 192 * 1024 and sram.count.value == 108
     assert sram.bandwidth.value == 19e12
     assert hw.H100.hbm_bandwidth.value == 3.35e12
     assert hw.H100.memory("SRAM (shared memory/L1)").count.value == 132
     assert any("TMA" in p.engine for p in hw.H100.paths)
     with pytest.raises(KeyError, match="no memory level"):
-        hw.A100.memory("L3")
+        hw.A100_80GB.memory("L3")
 
 
 def test_ridge_and_roofline():
@@ -171,7 +171,7 @@ def test_formatting():
 
 
 def test_drawings_from_profiles():
-    fig = draw_pyramid(hw.A100, ["SRAM (shared memory/L1)", "HBM", "CPU DRAM"])
+    fig = draw_pyramid(hw.A100_80GB, ["SRAM (shared memory/L1)", "HBM", "CPU DRAM"])
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "19 TB/s" in texts and "12.8 GB/s" in texts
     plt.close(fig)
@@ -182,7 +182,7 @@ def test_drawings_from_profiles():
     assert any("512 KiB" in t for t in texts)
     plt.close(fig)
     with pytest.raises(ValueError, match="layout has no position"):
-        draw_ai_core(hw.A100)
+        draw_ai_core(hw.A100_80GB)
 
 
 def test_markdown_table():

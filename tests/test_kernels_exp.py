@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from flashlab.kernels.forward import exp_nonpositive, exp_shifted, row_max
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
+from flashlab.kernels.tile import exp_nonpositive, exp_shifted, row_max
 
 
 @njit

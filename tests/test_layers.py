@@ -1,12 +1,28 @@
-"""The package's import graph: no cycles, and no module imports a module of a higher layer.
+"""The package's import graph: two stacks joined above them, no cycles, no import running back up.
 
-Every module's imports are read with ``ast`` -- at module level and inside functions alike, so
-an import hidden in a function body to dodge a cycle is still an edge. Layers, bottom first;
-a module may import modules of its own layer or below (within a layer, no cycles).
+Every module's imports are read with ``ast`` -- at module level and inside functions alike (and
+under ``if TYPE_CHECKING``), so an import hidden in a function body to dodge a cycle is still
+an edge.
+
+The package is a DAG of tiers (the picture is in the README of the design, two columns joined
+by the model and teaching layers):
+
+- ``base``: pure-Python helpers every module may use (argument checks, tile arithmetic, the
+  operator names);
+- two columns side by side, neither importing the other: ``attention`` (masks, validation,
+  reference, the Numba kernels, the CUDA twin, the API and its front doors) and ``hardware``
+  (the pure-Python AI Core model, no Numba);
+- ``model``: the cost, MLA and RECT-FA models, which join the two columns;
+- ``teaching``: drawings, walks, explorers, exercise checkers and the benchmark.
+
+Within a tier (and within a column) the layers are listed bottom first; a module may import
+modules of its own layer or below, and modules of any lower tier.
 """
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,36 +30,68 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashlab"
 
-#: bottom first; a module belongs to the first layer with a prefix matching its name
-LAYERS: list[tuple[str, ...]] = [
-    ("flashlab.data", "flashlab.numba_cache", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows", "flashlab.memory",
-     "flashlab.input_scan",
-     "flashlab.viz.code"),
-    ("flashlab.dropout", "flashlab.masks", "flashlab.rope"),
-    ("flashlab.validation",),
-    ("flashlab.reference",),
-    ("flashlab.kernels",),
-    ("flashlab.api",),
-    ("flashlab.cann", "flashlab.compat"),
-    ("flashlab.__init__", "flashlab.torch_attention"),
-    ("flashlab.cost", "flashlab.mla"),
-    ("flashlab.pipeline.params",),
-    ("flashlab.pipeline.roofline",),
-    ("flashlab.pipeline.profiles",),
-    ("flashlab.pipeline.hardware",),
-    ("flashlab.pipeline.simulate",),
-    ("flashlab.pipeline.schedule", "flashlab.pipeline.replay", "flashlab.pipeline.settings",
-     "flashlab.pipeline.__init__"),
-    ("flashlab.rect", "flashlab.vendor"),
-    ("flashlab.viz",),
-    ("flashlab.walk", "flashlab.exercises"),
-    ("flashlab.widgets.tiles", "flashlab.widgets.pipeline"),
-    ("flashlab.widgets.__init__", "flashlab.widgets_pipeline"),
-    ("flashlab.bench",),
-]
+#: tier -> column -> layers, bottom first; a module belongs to the first layer with a prefix
+#: matching its name. Tiers are listed bottom first; the two columns of the middle tier share it
+TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
+    "base": {"base": [
+        ("flashlab._lazy", "flashlab.data", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows",
+         "flashlab.memory", "flashlab.viz.code"),
+    ]},
+    "stacks": {
+        "attention": [
+            ("flashlab.numba_cache",),
+            ("flashlab.input_scan", "flashlab.dropout", "flashlab.masks", "flashlab.rope"),
+            ("flashlab.validation",),
+            ("flashlab.reference",),
+            ("flashlab.kernels",),
+            ("flashlab.api",),
+            ("flashlab.cann", "flashlab.compat", "flashlab.gpu"),
+            ("flashlab.__init__", "flashlab.torch_attention"),
+        ],
+        "hardware": [
+            ("flashlab.pipeline.params",),
+            ("flashlab.pipeline.roofline",),
+            ("flashlab.pipeline.profiles",),
+            ("flashlab.pipeline.hardware",),
+            ("flashlab.pipeline.simulate",),
+            ("flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations"),
+            ("flashlab.pipeline.graph_builder",),
+            ("flashlab.pipeline.loads",),
+            ("flashlab.pipeline.schedule",),
+            ("flashlab.pipeline.timing", "flashlab.pipeline.settings", "flashlab.pipeline.__init__"),
+        ],
+    },
+    "model": {"model": [
+        ("flashlab.cost", "flashlab.mla"),
+        ("flashlab.rect", "flashlab.vendor"),
+    ]},
+    "teaching": {"teaching": [
+        ("flashlab.viz",),
+        ("flashlab.walk", "flashlab.replay", "flashlab.exercises"),
+        ("flashlab.widgets.tiles", "flashlab.widgets.pipeline"),
+        ("flashlab.widgets.__init__",),
+        ("flashlab.bench",),
+    ]},
+}
 
-#: upward edges tolerated, each with its reason (none today)
+#: edges tolerated against the rules, each with its reason (none today)
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
+
+
+def place_of(name: str) -> tuple[int, str, int]:
+    """``(tier index, column, layer index)`` of a module; ``LookupError`` if it has none."""
+    for t, columns in enumerate(TIERS.values()):
+        for column, layers in columns.items():
+            for i, layer in enumerate(layers):
+                if any(name == prefix or name.startswith(prefix + ".") for prefix in layer):
+                    return t, column, i
+    raise LookupError(name)
+
+
+def may_import(importer: str, imported: str) -> bool:
+    """A lower tier, or the same column at the same or a lower layer."""
+    (t, column, i), (u, other, j) = place_of(importer), place_of(imported)
+    return u < t or (u == t and other == column and j <= i)
 
 
 def module_name(path: Path) -> str:
@@ -94,35 +142,66 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def layer_of(name: str) -> int:
-    for i, layer in enumerate(LAYERS):
-        for prefix in layer:
-            if name == prefix or name.startswith(prefix + "."):
-                return i
-    raise LookupError(name)
-
-
 def test_every_module_has_a_layer():
     missing = [m for m in import_graph() if not _has_layer(m)]
-    assert not missing, f"modules missing from LAYERS: {missing}"
+    assert not missing, f"modules missing from TIERS: {missing}"
 
 
 def _has_layer(name: str) -> bool:
     try:
-        layer_of(name)
+        place_of(name)
     except LookupError:
         return False
     return True
 
 
+def _tolerated(mod: str, dep: str) -> bool:
+    return any(mod == a and dep.startswith(b) for a, b in ALLOWED_UPWARD)
+
+
 def test_no_upward_import():
-    bad = []
-    for mod, deps in import_graph().items():
-        for dep in deps:
-            if layer_of(dep) > layer_of(mod) and (mod, dep.removesuffix(".__init__")) not in ALLOWED_UPWARD \
-                    and not any(mod == a and dep.startswith(b) for a, b in ALLOWED_UPWARD):
-                bad.append(f"{mod} (layer {layer_of(mod)}) -> {dep} (layer {layer_of(dep)})")
-    assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+    bad = [f"{mod} {place_of(mod)} -> {dep} {place_of(dep)}"
+           for mod, deps in import_graph().items() for dep in deps
+           if not may_import(mod, dep) and not _tolerated(mod, dep)]
+    assert not bad, "imports against the layers:\n" + "\n".join(sorted(bad))
+
+
+def test_the_two_stacks_do_not_import_each_other():
+    crossing = [f"{mod} -> {dep}" for mod, deps in import_graph().items() for dep in deps
+                if {place_of(mod)[1], place_of(dep)[1]} == {"attention", "hardware"}]
+    assert not crossing, "\n".join(sorted(crossing))
+
+
+def test_the_rules_catch_a_crossing_and_an_upward_edge():
+    assert not may_import("flashlab.pipeline.schedule", "flashlab.validation")
+    assert not may_import("flashlab.masks", "flashlab.pipeline.params")
+    assert not may_import("flashlab.kernels.forward", "flashlab.api")
+    assert not may_import("flashlab.pipeline.params", "flashlab.cost")
+    assert may_import("flashlab.rect", "flashlab.pipeline.schedule")
+    assert may_import("flashlab.mla", "flashlab.api")
+    assert may_import("flashlab.replay", "flashlab.kernels.tile")
+    assert may_import("flashlab.pipeline.simulate", "flashlab.arguments")
+
+
+@pytest.mark.parametrize("module", ["flashlab", "flashlab.pipeline", "flashlab.pipeline.settings"])
+def test_the_hardware_model_and_the_package_face_load_without_numba(module):
+    code = f"import sys, {module}; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "False", f"import {module} loaded numba"
+
+
+def test_the_package_face_imports_its_names_on_first_use():
+    import flashlab
+
+    code = ("import sys, flashlab; f = flashlab.flash_attention; "
+            "print(f.__module__, 'numba' in sys.modules, flashlab.cost.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.split() == ["flashlab.api", "True", "flashlab.cost"]
+    assert flashlab.__all__ == [name for names in flashlab._EXPORTS.values() for name in names]
+    with pytest.raises(AttributeError, match="no_such_name"):
+        flashlab.no_such_name  # noqa: B018
 
 
 def test_no_cycles():

@@ -6,10 +6,22 @@ import itertools
 
 import numpy as np
 import pytest
-
-from flashlab.masks import (EMPTY, FULL, NO_LIMIT, PARTIAL, allowed, band_box, band_from,
-                            clamp_band, classify_tiles, kv_block_range, tile_class)
 from conftest import dense_allowed
+
+from flashlab.masks import (
+    EMPTY,
+    FULL,
+    NO_LIMIT,
+    PARTIAL,
+    allowed,
+    band_box,
+    band_from,
+    clamp_band,
+    classify_tiles,
+    kv_block_range,
+    tile_class,
+)
+
 
 # ------------------------------------------------------------------------------ band_from
 @pytest.mark.parametrize("causal, window, expected", [

@@ -11,12 +11,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from conftest import assert_close_to_reference, max_abs_err
 
 import flashlab
 from flashlab import api, mla
+from flashlab.dataflows import total
 from flashlab.memory import traced_peak
-from flashlab.rope import DEEPSEEK_V3_NOPE_DIM as DN, DEEPSEEK_V3_ROPE_DIM as DR, DEEPSEEK_V3_V_DIM as DV
-from conftest import assert_close_to_reference, max_abs_err
+from flashlab.rope import DEEPSEEK_V3_NOPE_DIM as DN
+from flashlab.rope import DEEPSEEK_V3_ROPE_DIM as DR
+from flashlab.rope import DEEPSEEK_V3_V_DIM as DV
 
 GRAD_NAMES = ("dq_nope", "dk_nope", "dv", "dq_rope", "dk_rope")
 #: float32 gradients vs the float64 analytic ones: max abs error / max |reference| (measured
@@ -222,9 +225,9 @@ def test_ledger_peak_and_total():
              mla.Step("c", 3, 30, 50, 50)]
     # peak: a (100), then b's output plus its workspace (100 + 5 + 300), then all (155)
     assert mla.ledger_peak(steps) == 405
-    total = mla.ledger_total(steps)
-    assert (total.flops, total.bytes_read, total.bytes_written, total.allocated, total.workspace) == \
-        (6, 60, 155, 155, 300)
+    summed = total(steps)
+    assert (summed.flops, summed.bytes_read, summed.bytes_written, summed.allocated,
+            summed.workspace) == (6, 60, 155, 155, 300)
     text = mla.format_ledger(steps)
     assert text.splitlines()[-1].startswith("total")
 

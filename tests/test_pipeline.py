@@ -8,11 +8,11 @@ import random
 import pytest
 
 from flashlab.pipeline import hardware as hw
-from flashlab.pipeline.schedule import (
-    STRATEGIES, FAShape, bench_simulator, buffer_needs, build_fa_graph, cube_order, l0c_slots,
-    resolve_buffers, simulate_fa,
-)
+from flashlab.pipeline.buffers import STRATEGIES, FAShape, buffer_needs, l0c_slots, resolve_buffers
+from flashlab.pipeline.program import cube_order
+from flashlab.pipeline.schedule import build_fa_graph, simulate_fa
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
+from flashlab.pipeline.timing import bench_simulator
 
 ASCEND = hw.ASCEND_910B_AI_CORE
 CORE = ASCEND.core
@@ -419,7 +419,7 @@ def test_with_core():
     with pytest.raises(ValueError, match="positive rate"):
         hw.with_core(ASCEND, load=0.0)
     with pytest.raises(ValueError, match="core model"):
-        hw.with_core(hw.A100, load=1e9)
+        hw.with_core(hw.A100_80GB, load=1e9)
 
 
 def test_core_model_validation():

@@ -1,4 +1,4 @@
-"""Replaying a simulated schedule with real data (flashlab.pipeline.replay)."""
+"""Replaying a simulated schedule with real data (flashlab.replay)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import flashlab
-from flashlab.pipeline.replay import attention_from_tiles, replay_tiles
-from flashlab.pipeline.simulate import simulate
 from flashlab.pipeline.settings import PipelineSettings, simulate_settings
+from flashlab.pipeline.simulate import simulate
+from flashlab.replay import attention_from_tiles, replay_tiles
 
 BASE = PipelineSettings(kv_blocks=4)
 

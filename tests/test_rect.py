@@ -7,14 +7,15 @@ import math
 import pytest
 
 from flashlab import cost, rect
-from flashlab.dataflows import DATAFLOWS, Step
+from flashlab.dataflows import DATAFLOWS, IDEAS, Step
 from flashlab.pipeline import ASCEND_910B, ASCEND_910B_AI_CORE, simulate_fa
+from flashlab.pipeline.profiles import ASCEND_910B_CORES
 
 CORE = ASCEND_910B_AI_CORE
 #: small problems keep the simulations short
 SMALL = rect.MLAProblem(heads=4, seq=1024)
 ODD = rect.MLAProblem(batch=2, heads=3, seq=300, block_q=64, block_k=128)
-ALL = frozenset(rect.IDEAS)
+ALL = frozenset(IDEAS)
 
 
 def test_ideas_are_checked_and_named():
@@ -92,7 +93,7 @@ def test_op_seconds_is_bytes_over_bandwidth():
 
 def test_chip_bandwidth_round_trip():
     assert rect.chip_bandwidth(CORE) == pytest.approx(ASCEND_910B.hbm_bandwidth.value)
-    assert ASCEND_910B.peak_flops.value / CORE.peak_flops.value == rect.ASCEND_910B_CORES
+    assert ASCEND_910B.peak_flops.value / CORE.peak_flops.value == ASCEND_910B_CORES
     p = rect.with_chip_bandwidth(CORE, 2.4e12)
     assert rect.chip_bandwidth(p) == pytest.approx(2.4e12)
     assert p.core.load.rate.value == pytest.approx(1e11) and p.core.store.rate.value == pytest.approx(1e11)

@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_qkv
 
 import flashlab
-from conftest import make_qkv
+
 
 # --------------------------------------------------------------------- forward, row by row
 def attention_loop(q, k, v, *, scale=None, causal=False, window=None, mask=None,

@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from tools import book_ext, colab_cell, web_assets
-from tools.check_site import (ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path,
-                              toc_pages)
+from tools.check_site import ELEMENTS_JS, check_links, element_clip, element_rect_js, element_shot_path, toc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 #: notebook pages that are reference material or an appendix, not chapters (no goals, summary or
@@ -231,6 +230,7 @@ def test_exercises_page_names_each_chapters_function_and_checker():
     """book/exercises.md lists, per chapter, the function the chapter's exercise asks for and
     its checker: both must be what the chapter's notebook really defines and calls."""
     import re
+
     import flashlab.exercises as ex
     page = (ROOT / "book/exercises.md").read_text()
     entries = re.findall(r"\{doc\}`(\w+)`: write `(\w+)\(([^)]*)\)`, check it with `(\w+)`", page)
@@ -267,7 +267,8 @@ OVERFLOW_PAGE = """<!doctype html><html><head><meta name="viewport" content="wid
 <article class="bd-article">
 <section id="cut"><div class="math clip"><div class="wide">an equation</div></div></section>
 <section id="out"><pre>a_very_long_code_line_without_any_space_that_runs_far_to_the_right_of_the_column</pre></section>
-<section id="hidden-bar"><div class="math clip"><div class="scroll"><div class="wide">an equation that scrolls unseen</div></div></div></section>
+<section id="hidden-bar">
+<div class="math clip"><div class="scroll"><div class="wide">an equation that scrolls unseen</div></div></div></section>
 <section id="fine"><div class="scroll styled"><div class="wide">a table with its scrollbar</div></div>
 <span class="math clip">x<span class="sr-only">the formula read aloud, much wider than the formula</span></span>
 <span class="sr-only">screen-reader text that is clipped on purpose</span><p>short text</p></section>

@@ -16,8 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_compat import bottom_right_allowed  # noqa: E402
+
 from flashlab.torch_attention import FlashlabAttention, flash_attn_func  # noqa: E402
-from test_compat import bottom_right_allowed                          # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_tiny.py"
 
@@ -70,7 +71,7 @@ def test_forward_and_backward_equal_sdpa(case, dtype, tol):
         grads.append(torch.autograd.grad(out, (q, k, v), dout))
     torch.testing.assert_close(outs[0], outs[1], atol=tol, rtol=tol)
     for name, a, b in zip(("dq", "dk", "dv"), *grads):
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_return_values_and_what_is_differentiable():

@@ -12,9 +12,6 @@ C++ with gcc, ~20-40 s the first time in a process); the others take a few secon
 """
 from __future__ import annotations
 
-import math
-import os
-
 import numpy as np
 import pytest
 
@@ -23,8 +20,8 @@ torch = pytest.importorskip("torch", reason="the torch front door needs torch (r
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from flashlab.torch_attention import flash_attn_func  # noqa: E402
 from flashlab import torch_attention  # noqa: E402
+from flashlab.torch_attention import flash_attn_func  # noqa: E402
 
 
 class CausalSelfAttention(nn.Module):

@@ -11,9 +11,9 @@ import re
 
 import numpy as np
 import pytest
+from conftest import make_qkv
 
 import flashlab
-from conftest import make_qkv
 from flashlab import api, cann, tiling, validation
 from flashlab.walk import walk_forward
 

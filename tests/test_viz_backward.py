@@ -9,8 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from flashlab import cost  # noqa: E402
-from flashlab.viz.backward import (BACKWARD_STEPS, FORWARD_STEPS, MATMUL, VECTOR,  # noqa: E402
-                                   draw_tile_steps, matmul_flops_per_tile)
+from flashlab.viz.backward import BACKWARD_STEPS, FORWARD_STEPS, MATMUL, VECTOR, draw_tile_steps, matmul_flops_per_tile  # noqa: E402
 
 
 def test_step_lists_count_two_and_five_products():

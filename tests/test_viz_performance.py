@@ -10,8 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from flashlab.viz.performance import (IMPL_COLORS, RooflinePoint, plot_round_ratios,  # noqa: E402
-                                      plot_roofline_fraction, plot_scaling)
+from flashlab.viz.performance import IMPL_COLORS, RooflinePoint, plot_roofline_fraction, plot_round_ratios, plot_scaling  # noqa: E402
 from flashlab.viz.style import new_figure  # noqa: E402
 
 

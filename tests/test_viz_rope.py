@@ -9,8 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from flashlab.rope import pair_indices  # noqa: E402
-from flashlab.viz.rope import (BUFFER_KINDS, TILE_OPTIONS, draw_rope_pairs,  # noqa: E402
-                               draw_score_options, tile_buffers)
+from flashlab.viz.rope import BUFFER_KINDS, TILE_OPTIONS, draw_rope_pairs, draw_score_options, tile_buffers  # noqa: E402
 
 
 def elements(option: str, kind: str, **sizes) -> int:

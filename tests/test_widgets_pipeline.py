@@ -17,7 +17,13 @@ import pytest  # noqa: E402
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
-    HEAD_DIMS, ROPE_DIM, PipelineSettings, core_profile, run_settings, simulate_settings, summary,
+    HEAD_DIMS,
+    ROPE_DIM,
+    PipelineSettings,
+    core_profile,
+    run_settings,
+    simulate_settings,
+    summary,
 )
 from flashlab.widgets.pipeline import pipeline_animation, pipeline_grid  # noqa: E402
 
@@ -289,12 +295,3 @@ def test_pipeline_explorer_change_record():
     with pytest.raises(TypeError, match="repeat"):
         pipeline_explorer_change(repeat=1.0)
 
-
-def test_deprecated_module_still_exports_the_names():
-    with pytest.warns(DeprecationWarning, match="flashlab.widgets.pipeline"):
-        import importlib
-        import sys
-
-        sys.modules.pop("flashlab.widgets_pipeline", None)
-        old = importlib.import_module("flashlab.widgets_pipeline")
-    assert old.PipelineSettings is PipelineSettings and old.pipeline_grid is pipeline_grid

@@ -14,8 +14,7 @@ import pytest  # noqa: E402
 
 from flashlab.masks import EMPTY, band_from, classify_tiles  # noqa: E402
 from flashlab.viz.tiles import block_map_figure, walk_frame_figure  # noqa: E402
-from flashlab.widgets.tiles import (MASK_KINDS, TileExplorer, demo_problem,  # noqa: E402
-                                    frame_indices, tile_walk_animation, walk_demo)
+from flashlab.widgets.tiles import MASK_KINDS, TileExplorer, demo_problem, frame_indices, tile_walk_animation, walk_demo  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 
@@ -194,7 +193,7 @@ def test_walk_view_png_is_a_full_draw_without_one(mask_kind, block_q):
     seen = set()
     for index, st in enumerate(walk.steps):
         view.update(index)
-        view.fig.canvas.mpl_connect("draw_event", lambda _: full_draws.append(index))
+        view.fig.canvas.mpl_connect("draw_event", lambda _, index=index: full_draws.append(index))
         png = view.png()
         if st.qb in seen:
             assert full_draws == [], f"step {index} drew the whole figure"

@@ -34,8 +34,8 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.numba_cache", "flashlab.input_scan")),
     ("The float64 reference", ("flashlab.reference", "flashlab.dropout")),
     ("The mask model and tile classes", ("flashlab.masks",)),
-    ("Numba kernels", ("flashlab.kernels", "flashlab.kernels.forward", "flashlab.kernels.backward",
-                       "flashlab.kernels.blas", "flashlab.kernels.decode",
+    ("Numba kernels", ("flashlab.kernels", "flashlab.kernels.tile", "flashlab.kernels.forward",
+                       "flashlab.kernels.backward", "flashlab.kernels.blas", "flashlab.kernels.decode",
                        "flashlab.kernels.intrinsics")),
     ("The CANN operator interface",
      ("flashlab.cann", "flashlab.cann.operator", "flashlab.cann.attributes",
@@ -48,9 +48,11 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Hardware profiles and the AI Core pipeline model",
      ("flashlab.pipeline", "flashlab.pipeline.params", "flashlab.pipeline.roofline",
       "flashlab.pipeline.profiles", "flashlab.pipeline.hardware", "flashlab.pipeline.simulate",
-      "flashlab.pipeline.schedule", "flashlab.pipeline.replay", "flashlab.pipeline.settings")),
+      "flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations",
+      "flashlab.pipeline.graph_builder", "flashlab.pipeline.loads", "flashlab.pipeline.schedule",
+      "flashlab.pipeline.timing", "flashlab.pipeline.settings")),
     ("The tile walk, memory measurement and benchmarks",
-     ("flashlab.walk", "flashlab.memory", "flashlab.bench", "flashlab.data")),
+     ("flashlab.walk", "flashlab.replay", "flashlab.memory", "flashlab.bench", "flashlab.data")),
     ("Drawings",
      ("flashlab.viz", "flashlab.viz.style", "flashlab.viz.code", "flashlab.viz.tiles",
       "flashlab.viz.roofline", "flashlab.viz.hierarchy", "flashlab.viz.backward",
@@ -70,9 +72,9 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
 BENCH_SUBMODULES = frozenset(f"flashlab.bench.{path.stem}"
                              for path in (ROOT / "flashlab" / "bench").glob("*.py")
                              if not path.stem.startswith("_"))
-#: modules kept off the page: a deprecated alias, the torch front end (torch is optional, and
-#: autodoc imports what it documents), and the benchmark's submodules
-UNDOCUMENTED = (frozenset({"flashlab.widgets_pipeline", "flashlab.torch_attention"})
+#: modules kept off the page: the torch front end (torch is optional, and autodoc imports what
+#: it documents), and the benchmark's submodules
+UNDOCUMENTED = (frozenset({"flashlab.torch_attention"})
                 | BENCH_SUBMODULES)
 
 

@@ -36,7 +36,6 @@ import functools
 import http.server
 import json
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -334,7 +333,9 @@ def check_links(html_root: Path) -> list[str]:
                 target = target / "index.html"
             rel = page.relative_to(html_root)
             if not target.exists():
-                problems.append(f"{rel}: broken link {href!r} (no file {target.relative_to(html_root.resolve()) if target.is_relative_to(html_root.resolve()) else target})")
+                root = html_root.resolve()
+                missing = target.relative_to(root) if target.is_relative_to(root) else target
+                problems.append(f"{rel}: broken link {href!r} (no file {missing})")
             elif frag and target.suffix == ".html" and unquote(frag) not in _parse(target).ids:
                 problems.append(f"{rel}: broken anchor {href!r}")
     return problems

@@ -9,7 +9,8 @@ is tagged ``remove-cell``, so the HTML book does not show it.
 
 The repository URL is read from ``_config.yml`` (``repository.url``), the one place that names
 it, and the version from ``flashlab/__init__.py`` (``__version__``, the package's one version
-source, which ``pyproject.toml`` reads too): tag each release ``v<version>``. ``python tools/colab_cell.py`` rewrites the cells after a change there;
+source, which ``pyproject.toml`` reads too): tag each release ``v<version>``.
+``python tools/colab_cell.py`` rewrites the cells after a change there;
 ``--check`` exits 1 listing the notebooks whose cell is missing or stale (run by the tests).
 """
 from __future__ import annotations

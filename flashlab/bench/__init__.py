@@ -100,27 +100,57 @@ fresh processes, ``()`` for none; ``first_call=None`` skips the Numba first-call
 """
 from __future__ import annotations
 
-from flashlab.dataflows import DATAFLOWS
-from flashlab.bench.config import (IMPLEMENTATIONS, BASELINES, HAS_BACKWARD, DIRECTIONS, SCHEMA,
-                                   MB, BenchConfig, FULL, QUICK, Case)
-from flashlab.bench.inputs import make_inputs, make_mla_inputs, grad_output
-from flashlab.bench.runners import Runner, call_seconds, torch_available, make_runner
-from flashlab.bench.measure import (available_bytes, peak_extra_memory, measure_memory, CaseFailed,
-                                    measure_fresh, run_worker, time_interleaved, matmul_gflops,
-                                    numba_first_call)
-from flashlab.bench.decode import decode_bench, decode_ratios
-from flashlab.bench.explorers import tile_explorer_step, pipeline_explorer_timing
-from flashlab.bench.estimates import (tile_fraction, case_flops, torch_uses_math_path,
-                                      torch_flash_block_q, model_intensity, estimated_bytes,
-                                      mla_model_peak)
-from flashlab.bench.report import (save_results, load_results, case_table, backward_over_forward,
-                                   to_markdown)
-from flashlab.bench.targets import find_case, TARGETS, evaluate_targets
-from flashlab.bench.suite import (attention_cases, mla_cases, machine_info, blas_info,
-                                  skip_reason, shape_key, run_group, run_suite)
-from flashlab.bench.ceiling import (backward_products, backward_ceiling, CEILING_PROBLEMS,
-                                    ceiling_run, ceiling_lines)
+from flashlab.bench.ceiling import CEILING_PROBLEMS, backward_ceiling, backward_products, ceiling_lines, ceiling_run
 from flashlab.bench.cli import main
+from flashlab.bench.config import (
+                                   BASELINES,
+                                   DIRECTIONS,
+                                   FULL,
+                                   HAS_BACKWARD,
+                                   IMPLEMENTATIONS,
+                                   MB,
+                                   QUICK,
+                                   SCHEMA,
+                                   BenchConfig,
+                                   Case,
+)
+from flashlab.bench.decode import decode_bench, decode_ratios
+from flashlab.bench.estimates import (
+                                   case_flops,
+                                   estimated_bytes,
+                                   mla_model_peak,
+                                   model_intensity,
+                                   tile_fraction,
+                                   torch_flash_block_q,
+                                   torch_uses_math_path,
+)
+from flashlab.bench.explorers import pipeline_explorer_timing, tile_explorer_step
+from flashlab.bench.inputs import grad_output, make_inputs, make_mla_inputs
+from flashlab.bench.measure import (
+                                   CaseFailed,
+                                   available_bytes,
+                                   matmul_gflops,
+                                   measure_fresh,
+                                   measure_memory,
+                                   numba_first_call,
+                                   peak_extra_memory,
+                                   run_worker,
+                                   time_interleaved,
+)
+from flashlab.bench.report import backward_over_forward, case_table, load_results, save_results, to_markdown
+from flashlab.bench.runners import Runner, call_seconds, make_runner, torch_available
+from flashlab.bench.suite import (
+                                   attention_cases,
+                                   blas_info,
+                                   machine_info,
+                                   mla_cases,
+                                   run_group,
+                                   run_suite,
+                                   shape_key,
+                                   skip_reason,
+)
+from flashlab.bench.targets import TARGETS, evaluate_targets, find_case
+from flashlab.dataflows import DATAFLOWS
 
 #: every public name of the submodules, and the MLA dataflows the suite runs
 __all__ = [

@@ -52,7 +52,7 @@ class BenchConfig:
     - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
-    - ``simulator_tasks``: time :func:`flashlab.pipeline.schedule.bench_simulator` on about
+    - ``simulator_tasks``: time :func:`flashlab.pipeline.timing.bench_simulator` on about
       this many tasks (``None``: skip);
     - ``tile_explorer``: time one step of the tile explorer
       (:func:`tile_explorer_step`);

@@ -5,8 +5,14 @@ that cannot fit, and the modelled MLA peak.
 from __future__ import annotations
 
 from flashlab.bench.config import Case
-from flashlab.cost import (attention_backward_flops, attention_flops, flash_backward_intensity,
-                           mla_backward_steps, mla_forward_steps, operation_intensities)
+from flashlab.cost import (
+    attention_backward_flops,
+    attention_flops,
+    flash_backward_intensity,
+    mla_backward_steps,
+    mla_forward_steps,
+    operation_intensities,
+)
 
 __all__ = ["tile_fraction", "case_flops", "torch_uses_math_path", "torch_flash_block_q",
            "model_intensity", "estimated_bytes", "mla_model_peak"]

@@ -26,7 +26,7 @@ def tile_explorer_step(sq: int = 36, sk: int = 36, block: int = 8, mask_kind: st
     the explorer builds it once per walk. Returns ``{"problem", "steps", "median_s",
     "max_s", "build_s", "play_interval_s", "target_s"}``.
     """
-    from flashlab.viz.tiles import WalkView       # a plain Agg figure: no pyplot, no backend switch
+    from flashlab.viz.tiles import WalkView  # a plain Agg figure: no pyplot, no backend switch
     from flashlab.widgets import PLAY_INTERVAL_MS, walk_demo
 
     walk, o_ref = walk_demo(sq, sk, block, block, mask_kind=mask_kind)

@@ -134,31 +134,49 @@ def _blas_lines(m: dict) -> list[str]:
 
 
 def to_markdown(result: dict) -> str:
-    """A markdown report of :func:`run_suite`'s result (targets first)."""
-    m, cfg = result["machine"], BenchConfig.from_dict(result["config"])
-    mm = result["matmul"]
-    lines = [f"# flashlab benchmark ({result['date']})", "",
-             f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_total_bytes'] / 1e9:.0f} GB; "
-             f"Python {m['python']}, numpy {m['numpy']}, numba {m['numba']} "
-             f"({m['numba_threads']} threads), torch {m['torch'] or 'not installed'}"
-             + (f" ({m['torch_threads']} threads)" if m["torch"] else "") + ". "
-             f"Load average {result['load_average_start'][0]:.2f} at the start, "
-             f"{result['load_average_end'][0]:.2f} at the end; the run took "
-             f"{result['duration_seconds']:.0f} s. Shared machine: compare ratios, not absolute "
-             f"figures.", ""] + _blas_lines(m) + [
-             f"Cases: B={cfg.batch}, H={cfg.heads}, float32, N in {list(cfg.sizes)}, Dqk/Dv in "
-             f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
-             f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "
-             f"{cfg.backward_block[0]}x{cfg.backward_block[1]} backward; "
-             f"time: the median of up to {cfg.repeats} "
-             f"timed call(s) after a warm-up call"
-             + ("; the implementations of a shape timed in turn, round by round"
-                if result.get("timing") == "interleaved" else
-                "; each case timed on its own (a run before interleaved timing)")
-             + f"; peak memory (a fresh process per case) at N in "
-             f"{'all' if cfg.memory_sizes is None else list(cfg.memory_sizes)}, causal in "
-             f"{list(cfg.memory_causal)}.", "",
-             "## Machine peak", "",
+    """A markdown report of :func:`run_suite`'s result (targets first), section by section."""
+    cfg = BenchConfig.from_dict(result["config"])
+    lines = _setup_lines(result, cfg) + _peak_lines(result["matmul"])
+    lines += _first_call_lines(result["numba_first_call"] or {})
+    lines += _tool_lines(result) + _target_lines(result)
+    for direction in DIRECTIONS:
+        if not case_table(result, direction=direction, status=None):
+            continue  # e.g. --mla-only
+        lines += _direction_lines(result, direction)
+    lines += _decode_lines(result) + _backward_forward_lines(result) + _mla_lines(result, cfg)
+    lines += _skipped_lines(result)
+    return "\n".join(lines) + "\n"
+
+
+def _setup_lines(result: dict, cfg: BenchConfig) -> list[str]:
+    """Title, machine, BLAS and the cases measured."""
+    m = result["machine"]
+    return [f"# flashlab benchmark ({result['date']})", "",
+            f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_total_bytes'] / 1e9:.0f} GB; "
+            f"Python {m['python']}, numpy {m['numpy']}, numba {m['numba']} "
+            f"({m['numba_threads']} threads), torch {m['torch'] or 'not installed'}"
+            + (f" ({m['torch_threads']} threads)" if m["torch"] else "") + ". "
+            f"Load average {result['load_average_start'][0]:.2f} at the start, "
+            f"{result['load_average_end'][0]:.2f} at the end; the run took "
+            f"{result['duration_seconds']:.0f} s. Shared machine: compare ratios, not absolute "
+            f"figures.", ""] + _blas_lines(m) + [
+            f"Cases: B={cfg.batch}, H={cfg.heads}, float32, N in {list(cfg.sizes)}, Dqk/Dv in "
+            f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
+            f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "
+            f"{cfg.backward_block[0]}x{cfg.backward_block[1]} backward; "
+            f"time: the median of up to {cfg.repeats} "
+            f"timed call(s) after a warm-up call"
+            + ("; the implementations of a shape timed in turn, round by round"
+               if result.get("timing") == "interleaved" else
+               "; each case timed on its own (a run before interleaved timing)")
+            + f"; peak memory (a fresh process per case) at N in "
+            f"{'all' if cfg.memory_sizes is None else list(cfg.memory_sizes)}, causal in "
+            f"{list(cfg.memory_causal)}.", ""]
+
+
+def _peak_lines(mm: dict) -> list[str]:
+    """The numpy matmul peak the cases are compared with."""
+    lines = ["## Machine peak", "",
              f"numpy float32 ({mm['start']['n']}x{mm['start']['n']}) @ ({mm['start']['n']}x"
              f"{mm['start']['n']}): {mm['start']['gflops']:.1f} GFLOP/s at the start, "
              f"{mm['end']['gflops']:.1f} at the end"]
@@ -170,7 +188,12 @@ def to_markdown(result: dict) -> str:
         lines[-1] += "; % matmul peak below is against the best of the two"
     lines[-1] += f". Peak: **{mm['peak_gflops']:.1f} GFLOP/s**."
     lines.append("")
-    nb = result["numba_first_call"] or {}
+    return lines
+
+
+def _first_call_lines(nb: dict) -> list[str]:
+    """Import and first-call times of a fresh process (compile, then cache load)."""
+    lines: list[str] = []
     if nb:
         lines += ["## Numba first call", "", "A fresh process: import flashlab, then the first "
                   "tiny forward and backward calls.", "",
@@ -182,6 +205,12 @@ def to_markdown(result: dict) -> str:
             t = nb[what]
             lines.append(f"| {label} | {t['import_seconds']:.2f} | {t['forward_seconds']:.2f} "
                          f"| {t['backward_seconds']:.2f} | {_fmt(t.get('decode_seconds'), '.2f')} |")
+    return lines
+
+
+def _tool_lines(result: dict) -> list[str]:
+    """The pipeline simulator's speed and one step of each explorer."""
+    lines: list[str] = []
     if result.get("simulator"):
         lines += ["", "## Pipeline simulator", "",
                   "flashlab.pipeline: building a task graph and simulating it (best of 3). The "
@@ -207,20 +236,33 @@ def to_markdown(result: dict) -> str:
                   f"median {t['median_s'] * 1e3:.0f} ms, slowest {t['max_s'] * 1e3:.0f} ms over "
                   f"{t['changes']} changes; {t['figures_built']} figure(s) built "
                   f"(target: median under {t['target_s'] * 1e3:.0f} ms)."]
-    lines += ["", "## Targets", "", "```"]
+    return lines
+
+
+def _target_lines(result: dict) -> list[str]:
+    """Every target with its status, in a code block."""
+    lines = ["", "## Targets", "", "```"]
     for t in result["targets"]:
         val = "" if t["value"] is None else f" {t['value']:.3g} {t['op']} {t['threshold']:.3g}:"
         lines.append(f"{t['status']:<4} {t['name']}:{val} {t['detail']}")
     lines += ["```", ""]
-    for direction in DIRECTIONS:
-        if not case_table(result, direction=direction, status=None):
-            continue  # e.g. --mla-only
-        lines += [f"## Attention {direction}", "",
-                  "Speed vs X = X's time / this time (> 1: faster); memory vs torch = this peak "
-                  "extra / torch's."
-                  + (" Backward: time of the backward alone; memory of a training step."
-                     if direction == "backward" else ""), ""]
-        lines += _attention_table(result, direction) + [""]
+    return lines
+
+
+def _direction_lines(result: dict, direction: str) -> list[str]:
+    """The attention cases of one direction (forward or backward) as a table."""
+    lines = [f"## Attention {direction}", "",
+             "Speed vs X = X's time / this time (> 1: faster); memory vs torch = this peak "
+             "extra / torch's."
+             + (" Backward: time of the backward alone; memory of a training step."
+                if direction == "backward" else ""), ""]
+    lines += _attention_table(result, direction) + [""]
+    return lines
+
+
+def _decode_lines(result: dict) -> list[str]:
+    """Decode (one query row against a long K/V cache): flashlab, tiled, torch and plain reads."""
+    lines: list[str] = []
     if result.get("decode"):
         lines += ["## Decode", "",
                   "One query row per head against a long K/V cache (GQA: H query heads, Hkv kv "
@@ -242,12 +284,24 @@ def to_markdown(result: dict) -> str:
                 f"| {d['best']['read_numpy'] * 1e3:.1f} | {d['best']['read_2threads'] * 1e3:.1f} "
                 f"| {_fmt(r['vs_torch'], '.2f', 'x')} | {r['over_read_2threads']:.2f} |")
         lines.append("")
+    return lines
+
+
+def _backward_forward_lines(result: dict) -> list[str]:
+    """The backward's time over the forward's, beside their FLOP ratio."""
+    lines: list[str] = []
     bwf = backward_over_forward(result)
     if bwf:
         lines += ["## Backward / forward", "",
                   "The backward's time (alone) over the forward's, and the ratio of their "
                   "matmul FLOPs (2.5 at equal head dims: 5 matmuls per tile against 2).", ""]
         lines += _backward_over_forward_table(bwf) + [""]
+    return lines
+
+
+def _mla_lines(result: dict, cfg: BenchConfig) -> list[str]:
+    """The MLA dataflows timed whole."""
+    lines: list[str] = []
     if case_table(result, section="mla", status=None):
         dn, dr, dv = cfg.mla_dims
         lines += ["## MLA", "",
@@ -260,11 +314,16 @@ def to_markdown(result: dict) -> str:
                   "The concatenated rows time flashlab and torch SDPA on ready-made 192-dim Q, K.",
                   ""]
         lines += _mla_table(result) + [""]
+    return lines
+
+
+def _skipped_lines(result: dict) -> list[str]:
+    """Cases that were skipped or failed, then the run's notes."""
     skipped = [r for r in result["cases"] if r["status"] != "ok"]
-    lines += ["## Skipped and failed cases", ""]
+    lines = ["## Skipped and failed cases", ""]
     # an MLA-shape attention case appears in both sections: list it once
     listed = dict.fromkeys(f"- {Case.from_dict(r).label}: {r['status']}: {r['reason']}"
                            for r in skipped)
     lines += list(listed) or ["- none"]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines

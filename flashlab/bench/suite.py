@@ -14,13 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.bench.config import (BASELINES, DATAFLOWS, DIRECTIONS, FULL, HAS_BACKWARD,
-                                   SCHEMA, BenchConfig, Case)
+from flashlab.bench.config import BASELINES, DATAFLOWS, DIRECTIONS, FULL, HAS_BACKWARD, SCHEMA, BenchConfig, Case
 from flashlab.bench.decode import decode_bench, decode_ratios
 from flashlab.bench.estimates import case_flops, estimated_bytes, mla_model_peak, tile_fraction
 from flashlab.bench.explorers import pipeline_explorer_timing, tile_explorer_step
-from flashlab.bench.measure import (CaseFailed, available_bytes, matmul_gflops, measure_fresh,
-                                    numba_first_call, time_interleaved)
+from flashlab.bench.measure import (
+    CaseFailed,
+    available_bytes,
+    matmul_gflops,
+    measure_fresh,
+    numba_first_call,
+    time_interleaved,
+)
 from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
@@ -88,7 +93,7 @@ def blas_info() -> dict:
     """
     from threadpoolctl import threadpool_info
 
-    from flashlab.kernels.blas import LIMITED   # importing it loads SciPy's BLAS (lazily loaded)
+    from flashlab.kernels.blas import LIMITED  # importing it loads SciPy's BLAS (lazily loaded)
 
     tiles = {lib.filepath for lib in LIMITED}   # the BLAS Numba's tile gemms call
 
@@ -253,7 +258,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
     result["numba_first_call"] = (numba_first_call(config.first_call == "compile")
                                   if config.first_call else None)
     if config.simulator_tasks:
-        from flashlab.pipeline.schedule import bench_simulator
+        from flashlab.pipeline.timing import bench_simulator
         say(f"pipeline simulator ({config.simulator_tasks} tasks) ...")
         result["simulator"] = bench_simulator(config.simulator_tasks)
     if config.tile_explorer:

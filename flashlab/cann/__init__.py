@@ -13,8 +13,15 @@ from flashlab.cann.attributes import INT32_MAX, LAYOUTS, SOFTMAX_REPEAT
 from flashlab.cann.layouts import Dims, from_bnsd, layout_shape, to_bnsd
 from flashlab.cann.operator import flash_attention_score, flash_attention_score_grad, lse_from_stats
 from flashlab.cann.plan import Call, plan, sparse_mode_mask
-from flashlab.cann.sparse_modes import (CANN_COMPRESSED, SPARSE_MODES, SparseMode, compressed_mask,
-                                        prefix_mask, sparse_mode_band, varlen_sequence_mode)
+from flashlab.cann.sparse_modes import (
+    CANN_COMPRESSED,
+    SPARSE_MODES,
+    SparseMode,
+    compressed_mask,
+    prefix_mask,
+    sparse_mode_band,
+    varlen_sequence_mode,
+)
 from flashlab.masks import NO_LIMIT
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashlab.arguments import as_int
 from flashlab.masks import NO_LIMIT
-from flashlab.validation import as_int
 
 __all__ = ["LAYOUTS", "INT32_MAX", "INT64_MIN", "INT64_MAX", "SOFTMAX_REPEAT", "EMPTY_ROW_MAX",
            "EMPTY_ROW_SUM", "MAX_HEADS", "MAX_HEAD_DIM", "ALIBI_ROWS", "SOFTMAX_LAYOUTS",

@@ -6,6 +6,7 @@ returns them as (B, N, S, D) arrays (TND: as given, (T, N, D)) with their :class
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def operand_array(name: str, x, ndim: int, shape: str) -> np.ndarray:
 
 def split_hidden(name: str, hidden: int, heads: int | None, d: int | None, what: str) -> int:
     """For BSH/SBH: ``hidden = heads * d``; return the unknown one, with a clear error."""
-    known = heads if heads is not None else d
+    known = cast(int, heads if heads is not None else d)   # the caller passes one of them
     if hidden % known != 0:
         raise ValueError(f"{name}'s hidden size H={hidden} must be a multiple of {what}={known}")
     return hidden // known

@@ -125,18 +125,28 @@ operator's test golden (``attention/flash_attention_score/tests/pytest/cpu_impl.
 """
 from __future__ import annotations
 
+from typing import Any
 
 import numpy as np
 
 from flashlab import api
-from flashlab.cann.attributes import (INT32_MAX, SOFTMAX_LAYOUTS, SOFTMAX_REPEAT, EMPTY_ROW_MAX,
-                                     EMPTY_ROW_SUM, as_compute, int64, int64_list)
+from flashlab.arguments import as_real
+from flashlab.cann.attributes import (
+    EMPTY_ROW_MAX,
+    EMPTY_ROW_SUM,
+    INT32_MAX,
+    SOFTMAX_LAYOUTS,
+    SOFTMAX_REPEAT,
+    as_compute,
+    int64,
+    int64_list,
+)
 from flashlab.cann.layouts import canonical, from_bnsd, layout_shape, operand_array, split_hidden, to_bnsd
 from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.validation import as_real, prepare
+from flashlab.validation import prepare
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
 
@@ -268,7 +278,7 @@ def _counter_start(c: Call, st: Setup) -> int:
 
 def _options(c: Call, st: Setup) -> dict:
     """pse and dropout keyword arguments of the kernel call for ``c`` (empty when unused)."""
-    kw = {}
+    kw: dict[str, Any] = {}
     p = st.pse
     if p is not None and p.slopes is not None:
         slopes = p.slopes

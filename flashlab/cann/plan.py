@@ -8,13 +8,19 @@ its grad and :func:`sparse_mode_mask` all run through: what is drawn is what is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flashlab.cann.attributes import INT32_MAX, clamp_tokens, int64, int64_list
 from flashlab.cann.layouts import Dims
-from flashlab.cann.sparse_modes import (SPARSE_MODES, compressed_mask, prefix_mask, sparse_mode_band,
-                                        varlen_sequence_mode)
+from flashlab.cann.sparse_modes import (
+    SPARSE_MODES,
+    compressed_mask,
+    prefix_mask,
+    sparse_mode_band,
+    varlen_sequence_mode,
+)
 from flashlab.cann.varlen import sequences
 from flashlab.masks import NO_LIMIT, allowed
 
@@ -136,6 +142,35 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     pre = int64("pre_tokens", pre_tokens)
     nxt = int64("next_tokens", next_tokens)
     varlen = seqs is not None
+    _check_mode_for_layout(mode, varlen, prefix)
+    # (sq, sk) of every batch / sequence
+    if varlen:
+        lengths = [(q1 - q0, k1 - k0) for q0, q1, k0, k1 in seqs]
+    else:
+        lengths = [(dims.Sq, dims.Sk)] * dims.B
+    max_q = max(sq for sq, _ in lengths)
+    max_k = max(sk for _, sk in lengths)
+    if atten_mask is None:
+        return _full_attention_calls(dims, seqs)
+    _check_band_tokens(mode, pre, nxt, lengths)
+    full, prefixes = _checked_mask(atten_mask, dims, mode, varlen, lengths, (max_q, max_k), prefix)
+    _check_split_modes(mode, varlen, lengths, pre, nxt)
+
+    pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
+    if not varlen and mode <= 4:
+        # one rule for every batch: a single call over all of them
+        left, right = sparse_mode_band(mode, dims.Sq, dims.Sk, pre, nxt)
+        calls = [Call(slice(0, dims.B), slice(0, dims.B), left, right, full)]
+    else:
+        first, last = _split_ends(lengths)
+        calls = _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full, prefixes)
+    if mode == 0:
+        _check_consistent(calls)
+    return calls
+
+
+def _check_mode_for_layout(mode: int, varlen: bool, prefix) -> None:
+    """The modes a layout allows (5 not with TND, 7 and 8 only with it); ``prefix`` an int list."""
     name = SPARSE_MODES[mode].name
     if varlen and mode == 5:
         raise ValueError("sparse_mode=5 (prefix, full mask) is not supported with input_layout TND; "
@@ -145,26 +180,30 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     if prefix is not None and mode not in (5, 6):
         int64_list("prefix", prefix)   # read by modes 5 and 6 only; still an int list
 
-    # (sq, sk) of every batch / sequence
-    if varlen:
-        lengths = [(q1 - q0, k1 - k0) for q0, q1, k0, k1 in seqs]
-    else:
-        lengths = [(dims.Sq, dims.Sk)] * dims.B
-    max_q = max(sq for sq, _ in lengths)
-    max_k = max(sk for _, sk in lengths)
 
-    if atten_mask is None:
-        # full attention, one call over every batch or one per TND sequence
-        if not varlen:
-            return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, None)]
-        return [Call(slice(q0, q1), slice(k0, k1), NO_LIMIT, NO_LIMIT, None, s)
-                for s, (q0, q1, k0, k1) in enumerate(seqs) if q1 > q0 and k1 > k0]
+def _full_attention_calls(dims: Dims, seqs) -> list[Call]:
+    """Without ``atten_mask``: one call over every batch, or one per non-empty TND sequence."""
+    if seqs is None:
+        return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, None)]
+    return [Call(slice(q0, q1), slice(k0, k1), NO_LIMIT, NO_LIMIT, None, s)
+            for s, (q0, q1, k0, k1) in enumerate(seqs) if q1 > q0 and k1 > k0]
 
+
+def _check_band_tokens(mode: int, pre: int, nxt: int, lengths: list[tuple[int, int]]) -> None:
+    """The band modes' pre/next tokens overlap; mode 0's lie in range."""
     if mode in (0, 4, 7, 8) and pre + nxt < 0:
         raise ValueError(f"pre_tokens and next_tokens must overlap (pre_tokens + next_tokens >= 0, "
                          f"\"band场景，preTokens和nextTokens之间必须要有交集\"); got {pre} and {nxt}")
     if mode == 0:
         _check_mode0_range(pre, nxt, lengths)
+
+
+def _checked_mask(atten_mask, dims: Dims, mode: int, varlen: bool, lengths: list[tuple[int, int]],
+                  longest: tuple[int, int], prefix) -> tuple[np.ndarray | None, list[int] | None]:
+    """``atten_mask`` checked against the mode: ``(full, prefixes)``, the full mask of modes 0, 1
+    and 5 (else None) and the prefix of each batch or sequence of modes 5 and 6 (else None);
+    ``longest`` is the largest ``(sq, sk)``."""
+    max_q, max_k = longest
     mask = _as_bool_mask(atten_mask)
     full = None
     if mode in (0, 1):
@@ -177,57 +216,56 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
         full = mask
     else:
         _check_compressed(mask, mode)
-
+    prefixes = None
     if mode in (5, 6):
         where = "sequence (len(actual_seq_qlen))" if varlen else "batch (B)"
         prefixes = _prefix_list(prefix, len(lengths), lengths, where)
         if mode == 5:
             for b, p in enumerate(prefixes):
                 rule = prefix_mask(dims.Sq, dims.Sk, p)
-                if not (full[b] == rule).all():
+                if not (mask[b] == rule).all():
                     raise ValueError(f"sparse_mode=5: atten_mask[{b}] must be the prefix mask of "
                                      f"prefix[{b}]={p} (rightDownCausal plus the first {p} keys)")
+    return full, prefixes
 
-    # the band sequence of the varlen split modes: the device's tiling picks
-    # firstValidIndex / lastValidIndex, the first / last sequence whose *query* length is not
-    # 0 (ops-transformer attention/flash_attention_score/op_host/arch32/
-    # flash_attention_score_tiling_general.cpp@bfbbec8, lines 1242-1255: "if
-    # (actualSeqLenData[i] != 0)"; line 1277 mode 7 set_bandIndex(lastValidIndex), line 1281
-    # mode 8 set_bandIndex(firstValidIndex)). A sequence with queries but no keys is still
-    # the band sequence (it computes nothing).
+
+def _split_ends(lengths: list[tuple[int, int]]) -> tuple[int, int]:
+    """The band sequences of the varlen split modes: mode 8 the first, mode 7 the last sequence
+    whose *query* length is not 0 (0 when there is none).
+
+    The device's tiling picks firstValidIndex / lastValidIndex (ops-transformer
+    attention/flash_attention_score/op_host/arch32/flash_attention_score_tiling_general.cpp@bfbbec8,
+    lines 1242-1255: "if (actualSeqLenData[i] != 0)"; line 1277 mode 7
+    set_bandIndex(lastValidIndex), line 1281 mode 8 set_bandIndex(firstValidIndex)). A sequence
+    with queries but no keys is still the band sequence (it computes nothing).
+    """
     with_q = [s for s, (sq, _) in enumerate(lengths) if sq > 0]
+    return (with_q[0] if with_q else 0), (with_q[-1] if with_q else 0)
+
+
+def _check_split_modes(mode: int, varlen: bool, lengths: list[tuple[int, int]], pre: int,
+                       nxt: int) -> None:
+    """TND's mode 3 needs Sq <= Skv in every sequence; modes 7 and 8 bound pre/next tokens by the
+    Skv of their band sequence."""
     if varlen and mode == 3:
         for s, (sq, sk) in enumerate(lengths):
             if sq > sk:
                 raise ValueError(f"sparse_mode=3 with input_layout TND needs Sq <= Skv in every "
                                  f"sequence (FlashAttentionVarLenScore: \"配置为3时，不支持无效行计算，"
                                  f"需要满足每个batch的Sq<=Skv\"); sequence {s} has Sq={sq}, Skv={sk}")
-    if mode == 7 and with_q:
-        last_sk = lengths[with_q[-1]][1]
+    first, last = _split_ends(lengths)
+    if mode == 7 and any(sq > 0 for sq, _ in lengths):
+        last_sk = lengths[last][1]
         if pre < last_sk or nxt > 0:
             raise ValueError(f"sparse_mode=7 needs pre_tokens >= the last sequence's Skv={last_sk} and "
                              f"next_tokens <= 0 (\"pre_tockens >= last_Skv\", \"next_tockens <= 0\"); "
                              f"got {pre}, {nxt}")
-    if mode == 8 and with_q:
-        first_sk = lengths[with_q[0]][1]
+    if mode == 8 and any(sq > 0 for sq, _ in lengths):
+        first_sk = lengths[first][1]
         if pre < first_sk:
             raise ValueError(f"sparse_mode=8 needs pre_tokens >= the first sequence's Skv={first_sk} "
                              f"(\"pre_tockens >= first_Skv\", the first sequence with queries); "
                              f"got {pre}")
-
-    pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
-    if not varlen and mode <= 4:
-        # one rule for every batch: a single call over all of them
-        left, right = sparse_mode_band(mode, dims.Sq, dims.Sk, pre, nxt)
-        calls = [Call(slice(0, dims.B), slice(0, dims.B), left, right, full)]
-    else:
-        first = with_q[0] if with_q else 0
-        last = with_q[-1] if with_q else 0
-        calls = _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full,
-                                prefixes if mode in (5, 6) else None)
-    if mode == 0:
-        _check_consistent(calls)
-    return calls
 
 
 def _check_consistent(calls: list[Call]) -> None:
@@ -239,6 +277,8 @@ def _check_consistent(calls: list[Call]) -> None:
     pre_tockens、next_tockens的范围一致").
     """
     for c in calls:
+        if c.mask is None:   # (mode 0 with an atten_mask: every call carries it)
+            continue
         sq, sk = c.mask.shape[2:]
         outside = ~allowed(sq, sk, c.left, c.right)
         kept = outside & ~c.mask
@@ -262,7 +302,7 @@ def _sequence_calls(mode, lengths, first, last, seqs, pre, nxt, full, prefixes) 
         dense = None
         if m in (0, 1) and full is not None:
             dense = full[:, :, :sq, :sk]           # TND: the top-left of [maxSq, maxSkv]
-        elif m in (5, 6) and p - 1 > sk - sq:
+        elif m in (5, 6) and p is not None and p - 1 > sk - sq:
             # the prefix columns stick out of the causal band: mask the rest densely
             dense = prefix_mask(sq, sk, p)[None, None]
         if varlen:
@@ -316,9 +356,9 @@ class Setup:
     mode: int
     masked: bool      # whether an atten_mask was given (the mask arguments take effect)
     seqs_used: list   # TND: the sequences without the trailing unused batches
-    seqs: list | None
+    seqs: Any         # TND: the (q0, q1, k0, k1) of every sequence; None for the B, N, S, D layouts
     dropout_p: float
     seed: int
     offset: int
     softmax_layout: str
-    pse: object | None = None   # the checked pse (flashlab.cann.pse.Pse), set after planning
+    pse: Any = None   # the checked pse (flashlab.cann.pse.Pse, which imports this module), set after planning

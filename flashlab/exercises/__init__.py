@@ -6,8 +6,8 @@ chapters call them in their exercise cells; ``tests/test_exercises_*.py`` show t
 solution passes and that each planted mistake is caught with its message.
 """
 from . import foundations, rect
-from ._core import Feedback, Mistake, call_student, diagnose
 from ._capstone import check_flash_tile_loop
+from ._core import Feedback, Mistake, call_student, diagnose
 from .foundations import *  # noqa: F401,F403  (the Foundations chapters' checkers)
 from .rect import *  # noqa: F401,F403  (the RECT-FA chapters' checkers)
 

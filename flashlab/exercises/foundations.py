@@ -30,7 +30,7 @@ import numpy as np
 
 from flashlab.exercises._core import Feedback, Mistake, call_quietly, judge, with_hint
 from flashlab.kernels import backward as _backward
-from flashlab.kernels import forward as _forward
+from flashlab.kernels import tile as _tile
 from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, TILE_CLASS_NAMES, allowed, classify_tiles
 from flashlab.reference import attention_reference
 
@@ -193,7 +193,8 @@ def check_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarra
     d = 4, dv = 3.
 
     Mistakes it names: no $1/\sqrt d$ scale, $1/d$ instead, softmax over the queries, no max
-    subtracted, returning $P$ instead of $PV$, the scale applied after the softmax; for ``q @ k`` (K not transposed) the error
+    subtracted, returning $P$ instead of $PV$, the scale applied after the softmax; for ``q @ k``
+    (K not transposed) the error
     message gets a hint.
     """
     ex = "attention"
@@ -318,7 +319,7 @@ def check_online_softmax(fn: Callable[..., tuple[np.ndarray, np.ndarray, np.ndar
                         f"it returned {what}.", "not_a_tuple")
     # the truth: the kernel's own helper, on copies (it updates m, l, acc and s in place)
     m, l, acc = x["m"].copy(), x["l"].copy(), x["acc"].copy()
-    _forward.online_softmax_update(x["s"].copy(), x["v"], m, l, acc)
+    _tile.online_softmax_update(x["s"].copy(), x["v"], m, l, acc)
     names = ("m_new", "l_new", "acc_new")
     parts = [(name, g, e) for name, g, e in zip(names, got, (m, l, acc))]
     args = (x["m"], x["l"], x["acc"], x["s"], x["v"])
@@ -441,7 +442,8 @@ def check_backward_delta(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> 
 
 
 def check_softmax_grad(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Feedback:
-    r"""Check ``fn(p, dp) -> ds``: the softmax backward $dS = P \circ (dP - D)$ with $D = \operatorname{rowsum}(P \circ dP)$.
+    r"""Check ``fn(p, dp) -> ds``: the softmax backward $dS = P \circ (dP - D)$ with
+    $D = \operatorname{rowsum}(P \circ dP)$.
 
     p (rows, cols) row-stochastic, dp (rows, cols) = $dO\,V^\top$; rows = 4, cols = 6. The
     truth is the backward kernel's ``row_dot`` and ``ds_from_dp``. Mistakes it names: D not
@@ -567,7 +569,7 @@ def check_band_mask(fn: Callable[[int, int, int, int], np.ndarray]) -> Feedback:
                         f"integer array ~mask is -1 / -2, not the complement.", "not_bool")
     if feedback.mistake == "wrong_value":
         # name the first wrong entry in words rather than as 1.0 / 0.0
-        for (what, got, expected), case in zip(parts, _BAND_CASES):
+        for (_what, got, expected), case in zip(parts, _BAND_CASES):
             g = np.asarray(got, dtype=bool)
             if g.shape == expected.shape and (g != expected).any():
                 i, j = (int(t) for t in np.argwhere(g != expected)[0])

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from flashlab import cost
+from flashlab.dataflows import REMOVES
 from flashlab.exercises._core import Feedback, Mistake, call_cases, call_student, diagnose, diagnose_cases
-from flashlab.kernels.forward import score_tile
+from flashlab.kernels.tile import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
-from flashlab.rect import REMOVES
 from flashlab.rope import apply_rope, rope_frequencies
 
 __all__ = ["check_mla_scores", "check_rope", "check_pipeline_time", "check_concat_bytes",
@@ -265,7 +265,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
     - **concat K**: read $K^C$ and the expanded $K^R$, write $K$ (B, H, S, D).
 
     The answer is :func:`flashlab.cost.mla_forward_steps` summed over those steps
-    (:data:`flashlab.rect.REMOVES`). Known mistakes: ``k_rope`` not expanded (no expand step,
+    (:data:`flashlab.dataflows.REMOVES`). Known mistakes: ``k_rope`` not expanded (no expand step,
     concat K reads the single head); the expand step left out; writes not counted; reads not
     counted; elements instead of bytes.
     """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlab.api import _backward_operands
+from flashlab.arguments import as_bool
 from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
 from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes
 from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
@@ -19,7 +20,7 @@ from flashlab.gpu.target import is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
 from flashlab.masks import kv_block_range
 from flashlab.tiling import cdiv
-from flashlab.validation import Problem, as_bool, prepare
+from flashlab.validation import Problem, prepare
 
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
            "kv_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flashlab.cost import (attended_pairs, attention_flops, standard_attention_traffic,
-                           tiled_attention_traffic)
+from flashlab.cost import attended_pairs, attention_flops, standard_attention_traffic, tiled_attention_traffic
 
 __all__ = ["FP32_LANES_PER_SM", "device_peaks", "make_record", "bench_document", "write_json",
            "report", "main"]
@@ -104,8 +103,10 @@ def report(doc: dict) -> str:
              f"DRAM peak {_fmt(dev['dram_peak_gbs'], '.0f')} GB/s)",
              f"{'impl':<16}{'N':>7}{'d':>5}{'causal':>8}{'ms':>10}{'TFLOP/s':>9}{'%FP32':>7}"
              f"{'GB/s':>8}{'%DRAM':>7}"]
+    def share(s: float | None) -> str:
+        return "-" if s is None else f"{100 * s:.1f}"
+
     for r in doc["cases"]:
-        share = (lambda s: "-" if s is None else f"{100 * s:.1f}")
         lines.append(f"{r['impl']:<16}{r['n']:>7}{r['d_qk']:>5}{str(r['causal']):>8}"
                      f"{1e3 * r['seconds']:>10.3f}{r['tflops']:>9.3f}"
                      f"{share(r['share_of_fp32_peak']):>7}{_fmt(r['gbs'], '.0f'):>8}"

@@ -55,15 +55,15 @@ many threads produce the same bits. The price is memory: the partial buffers hol
 where ``part`` *is* the output (see :func:`flashlab.api.flash_attention_backward`).
 
 **Tile skipping** is the forward's, by construction: the same
-:func:`flashlab.masks.kv_block_range`, :func:`flashlab.masks.tile_class` and
-:func:`flashlab.kernels.forward.tile_fully_masked` decide which tiles are visited,
+:func:`flashlab.masks.kv_block_range` and :func:`flashlab.masks.tile_visit_class` decide
+which tiles are visited,
 :func:`flashlab.masks.band_box` which rows and columns of a partial tile are computed, and the
-forward's :func:`~flashlab.kernels.forward.score_tile` and
-:func:`~flashlab.kernels.forward.mask_tile` recompute $S$ — so $P$ is recomputed from the
+forward's :func:`~flashlab.kernels.tile.score_tile` and
+:func:`~flashlab.kernels.tile.mask_tile` recompute $S$ — so $P$ is recomputed from the
 very scores the forward normalised.
 
 **Bias and dropout.** $S$ is recomputed with the forward's bias
-(:func:`~flashlab.kernels.forward.add_bias_tile`), and
+(:func:`~flashlab.kernels.tile.add_bias_tile`), and
 its gradient is $dS$ itself (the bias is added after scaling): with ``dbias_part`` the kernel
 adds $dS$ into a buffer of the bias's own broadcast shape per work item. With dropout
 $O = (Z \circ P / k) V$ ($k$ the keep probability), so $dV = (Z \circ P / k)^\top dO$ and
@@ -81,19 +81,22 @@ such a row gives $dQ = 0$ and adds nothing to $dK$, as the reference does.
 """
 from __future__ import annotations
 
-
 import numpy as np
 from numba import njit, prange
 
-from flashlab.numba_cache import CACHE
-
 from flashlab.dropout import inv_keep_probability
-from flashlab.masks import EMPTY, FULL, band_box, kv_block_range, tile_class
-from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
-from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
-from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
-                                      head_operands, mask_at, mask_tile, score_tile,
-                                      tile_fully_masked)
+from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn  # (importing blas pins it to 1 thread)
+from flashlab.kernels.tile import (
+    add_bias_tile,
+    all_finite,
+    drop_tile,
+    exp_shifted,
+    head_operands,
+    mask_tile,
+    score_tile,
+)
+from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
+from flashlab.numba_cache import CACHE
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
            "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
@@ -113,7 +116,7 @@ def probs_from_lse(s, lse_blk):
     """Overwrite the score tile ``s`` (rows, cols) with P = e^{S - LSE}.
 
     ``lse_blk`` (rows,). A row with LSE = -inf (no allowed key) gets P = 0; masked entries
-    (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`flashlab.kernels.forward.exp_shifted`
+    (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`flashlab.kernels.tile.exp_shifted`
     (LSE >= rowmax(S), so every exponent is <= 0 as it requires).
     """
     rows, cols = s.shape
@@ -227,7 +230,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     Dr = q_rope.shape[3]
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
-    n_qb = (Sq + block_q - 1) // block_q
+    n_qb = cdiv_jit(Sq, block_q)
     dt = dq.dtype
     dropout = drop_threshold > 0
     inv_keep = inv_keep_probability(drop_threshold)
@@ -271,10 +274,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
             for kb in range(kb0, kb1):
                 j0 = kb * block_k
                 j1 = min(j0 + block_k, Sk)
-                cls = tile_class(i0, i1, j0, j1, left, right)
+                cls = tile_visit_class(i0, i1, j0, j1, left, right, mask2d, has_mask)
                 if cls == EMPTY:
-                    continue
-                if has_mask and tile_fully_masked(mask2d, i0, i1, j0, j1, left, right):
                     continue
                 # the forward's box: rows [ti0, ti1) x cols [tj0, tj1) of a partial tile hold
                 # all its allowed entries; the rest has P = 0 and adds 0 to every gradient

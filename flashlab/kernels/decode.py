@@ -39,9 +39,9 @@ a chunk, chunks in order in the merge): the same bits for any ``NUMBA_NUM_THREAD
 
 **Same tiles, same masks.** The chunks split the kv-block range the band allows
 (:func:`flashlab.masks.kv_block_range`) on ``block_k`` boundaries, and each tile goes
-through the forward's helpers (:func:`~flashlab.kernels.forward.score_tile`,
-:func:`~flashlab.kernels.forward.add_bias_tile`, :func:`~flashlab.kernels.forward.mask_tile`,
-:func:`~flashlab.kernels.forward.rescale_rows`, :func:`~flashlab.kernels.forward.drop_tile`),
+through the forward's helpers (:func:`~flashlab.kernels.tile.score_tile`,
+:func:`~flashlab.kernels.tile.add_bias_tile`, :func:`~flashlab.kernels.tile.mask_tile`,
+:func:`~flashlab.kernels.tile.rescale_rows`, :func:`~flashlab.kernels.tile.drop_tile`),
 so masks, bias, ALiBi, dropout counters and the tiles counted per head are the forward's.
 """
 from __future__ import annotations
@@ -51,13 +51,20 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from flashlab.numba_cache import CACHE
-
 from flashlab.dropout import inv_keep_probability
-from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn
-from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, head_operands,
-                                      mask_tile, rescale_rows, score_tile, tile_fully_masked)
+from flashlab.kernels.tile import (
+    add_bias_tile,
+    all_finite,
+    drop_tile,
+    head_operands,
+    mask_tile,
+    rescale_rows,
+    score_tile,
+)
+from flashlab.masks import EMPTY, FULL, cdiv_jit, kv_block_range, tile_class, tile_fully_masked
+from flashlab.numba_cache import CACHE
+from flashlab.tiling import cdiv
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
            "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
@@ -127,7 +134,7 @@ def kv_splits(batch: int, kv_heads: int, n_kvblocks: int) -> int:
     >>> kv_splits(1, 8, 1024), kv_splits(1, 1, 1024), kv_splits(1, 1, 8), kv_splits(16, 8, 1024)
     (2, 16, 2, 1)
     """
-    want = -(-DECODE_MIN_ITEMS // (batch * kv_heads))
+    want = cdiv(DECODE_MIN_ITEMS, batch * kv_heads)
     most = max(1, n_kvblocks // DECODE_MIN_CHUNK_BLOCKS)
     return max(1, min(want, most))
 
@@ -159,7 +166,7 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
     dropout = drop_threshold > 0
     # the kv-blocks any row may see (the band is the same for every head)
     kb0, kb1 = kv_block_range(0, Sq, Sk, block_k, left, right)
-    per = max(1, -(-(kb1 - kb0) // n_split))     # kv-blocks per chunk, ceil
+    per = max(1, cdiv_jit(kb1 - kb0, n_split))     # kv-blocks per chunk, ceil
     for t in prange(B * Hkv * n_split):
         b = t // (Hkv * n_split)
         hk = (t // n_split) % Hkv

@@ -2,11 +2,11 @@
 
 - ``int_bits_as_float32``: the float32 whose IEEE-754 bits are an integer's low 32 bits
   (a bit cast): builds $2^k$ from $k$ in the vectorised exp
-  (:func:`flashlab.kernels.forward.exp_nonpositive`);
+  (:func:`flashlab.kernels.tile.exp_nonpositive`);
 - ``maxnum``: LLVM's ``llvm.maxnum``, the larger of two floats (a NaN operand is
   ignored, as ``a if a > b else b`` ignores a NaN ``a``). LLVM vectorises a reduction over
   it, which it does not for Numba's ``max`` or a compare-and-select loop
-  (:func:`flashlab.kernels.forward.row_max`).
+  (:func:`flashlab.kernels.tile.row_max`).
 
 Both are ``@intrinsic``: they compile inline into the calling ``@njit`` function and work in
 cached kernels. They are callable only inside ``@njit`` code (and Sphinx does not see them as

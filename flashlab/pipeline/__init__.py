@@ -14,15 +14,35 @@
   dims, RoPE, kv-blocks), simulated against the ``iterate_all`` baseline; the pipeline
   explorer's model.
 """
+from flashlab.pipeline.buffers import STRATEGIES
 from flashlab.pipeline.hardware import (
-    A100, A100_40GB, A100_80GB, A100_SM, ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORE_MODEL,
-    H100, H100_SM, PROFILES, CoreModel, Engine, HardwareProfile, MemoryLevel, Param, bound, params,
-    ridge_point, roofline, roofline_time, with_core, with_hbm_bandwidth,
+    A100_40GB,
+    A100_80GB,
+    A100_SM,
+    ASCEND_910B,
+    ASCEND_910B_AI_CORE,
+    ASCEND_910B_CORE_MODEL,
+    H100,
+    H100_SM,
+    PROFILES,
+    CoreModel,
+    Engine,
+    HardwareProfile,
+    MemoryLevel,
+    Param,
+    bound,
+    params,
+    ridge_point,
+    roofline,
+    roofline_time,
+    with_core,
+    with_hbm_bandwidth,
 )
-from flashlab.pipeline.schedule import STRATEGIES, bench_simulator, build_fa_graph, simulate_fa
+from flashlab.pipeline.schedule import build_fa_graph, simulate_fa
 from flashlab.pipeline.simulate import SimResult, Task, TaskGraph, simulate, two_stage_graph
+from flashlab.pipeline.timing import bench_simulator
 
-__all__ = ["A100", "A100_40GB", "A100_80GB", "A100_SM", "ASCEND_910B", "ASCEND_910B_AI_CORE",
+__all__ = ["A100_40GB", "A100_80GB", "A100_SM", "ASCEND_910B", "ASCEND_910B_AI_CORE",
            "ASCEND_910B_CORE_MODEL", "H100", "H100_SM", "PROFILES", "CoreModel", "Engine",
            "HardwareProfile", "MemoryLevel", "Param", "bound", "params", "ridge_point", "roofline",
            "roofline_time", "with_core", "with_hbm_bandwidth",

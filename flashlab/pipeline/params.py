@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from flashlab.arguments import as_real
 
-__all__ = ['KiB', 'MiB', 'GiB', 'STATUSES', 'Param', 'MemoryLevel', 'ComputeUnit', 'DataPath', 'BUFFER_ROLES', 'EXCHANGES', 'Engine', 'CoreModel', 'HardwareProfile', 'params']
+__all__ = ["KiB", "MiB", "GiB", "STATUSES", "Param", "MemoryLevel", "ComputeUnit", "DataPath",
+           "BUFFER_ROLES", "EXCHANGES", "Engine", "CoreModel", "HardwareProfile", "params"]
 
 
 KiB = 1024
@@ -66,7 +67,7 @@ class Param:
             raise ValueError("Param source must name where the number comes from; got an empty string")
         if (self.low is None) != (self.high is None):
             raise ValueError(f"Param low and high come together; got low={self.low}, high={self.high}")
-        if self.low is not None and not self.low <= self.value <= self.high:
+        if self.low is not None and self.high is not None and not self.low <= self.value <= self.high:
             raise ValueError(f"Param range must contain the value: low={self.low} <= {self.value} <= "
                              f"high={self.high} does not hold")
 

@@ -5,10 +5,23 @@
 """
 from __future__ import annotations
 
-from flashlab.pipeline.params import (GiB, KiB, MiB, ComputeUnit, CoreModel, DataPath, Engine,
-                                     HardwareProfile, MemoryLevel, Param)
+from flashlab.pipeline.params import (
+    ComputeUnit,
+    CoreModel,
+    DataPath,
+    Engine,
+    GiB,
+    HardwareProfile,
+    KiB,
+    MemoryLevel,
+    MiB,
+    Param,
+)
 
-__all__ = ['CITATIONS', 'citation', 'FA1', 'A100_WP', 'A100_DS', 'H100_WP', 'H100_DS', 'SEED_002', 'CATLASS', 'INI_910B2', 'ASCENDC_ARCH', 'A100_40GB', 'A100_80GB', 'A100', 'H100', 'MEMORY_RATES', 'ASCEND_910B_CORE_MODEL', 'ASCEND_910B', 'ASCEND_910B_AI_CORE', 'PTX_ISA', 'CUDA_GUIDE', 'FA3', 'A100_SM', 'H100_SM', 'PROFILES', 'ASCEND_910B_CORES']
+__all__ = ["CITATIONS", "citation", "FA1", "A100_WP", "A100_DS", "H100_WP", "H100_DS", "SEED_002",
+           "CATLASS", "INI_910B2", "ASCENDC_ARCH", "A100_40GB", "A100_80GB", "H100", "MEMORY_RATES",
+           "ASCEND_910B_CORE_MODEL", "ASCEND_910B", "ASCEND_910B_AI_CORE", "PTX_ISA", "CUDA_GUIDE",
+           "FA3", "A100_SM", "H100_SM", "PROFILES", "ASCEND_910B_CORES"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,9 +98,8 @@ def _a100(name: str, hbm_gb: int, hbm_bw: Param) -> HardwareProfile:
 
 
 A100_40GB = _a100("NVIDIA A100 SXM4 40GB", 40, _A100_HBM_BW_40)
-A100_80GB = _a100("NVIDIA A100 SXM4 80GB", 80, _A100_HBM_BW_80)
 #: the A100 that the article "Ascend上的FlashAttention实现" quotes (80 GB, 2039 GB/s)
-A100 = A100_80GB
+A100_80GB = _a100("NVIDIA A100 SXM4 80GB", 80, _A100_HBM_BW_80)
 
 # --------------------------------------------------------------------------------------------
 # NVIDIA H100 SXM5
@@ -138,11 +150,11 @@ _HBM_BW = Param(1.6e12, "B/s",
                 "no official figure found; community figures for 910B disagree (roughly 1.2-1.8 TB/s; "
                 "msmodeling's device.py: 1.6 TiB/s; ini ddr_rate=32 B/cycle x 24 x 1.85 GHz = 1.42 TB/s "
                 "if read per core). A model parameter: move it with with_hbm_bandwidth()", "assumption",
-                1.2e12, 1.8e12)
+                1.2e12, 1.8e12)   # the range; _HBM_BW_CORE below divides it by the core count
 # the share of one AI Core when all 24 stream at once
 _HBM_BW_CORE = Param(_HBM_BW.value / _N_AIC.value, "B/s",
                      "the assumed chip HBM bandwidth / 24 AI Cores", "assumption",
-                     _HBM_BW.low / _N_AIC.value, _HBM_BW.high / _N_AIC.value)
+                     1.2e12 / _N_AIC.value, 1.8e12 / _N_AIC.value)
 
 _L1 = Param(512 * KiB, "B", f"{CATLASS} L1_SIZE; {INI_910B2} l1_size=524288")
 _L0A = Param(64 * KiB, "B", f"{CATLASS} L0A_SIZE; {INI_910B2} l0_a_size=65536")
@@ -186,7 +198,8 @@ def _ascend(name: str, scope: str, n_aic: Param, n_aiv: Param, peak: Param, bw: 
         ),
         compute=(
             ComputeUnit("Cube", peak, "16x16x16 fp16 matrix unit of each AI Core (AIC)"),
-            ComputeUnit("Vector", None, "SIMD unit of each vector core (AIV); its rate is the core model's vector engine"),
+            ComputeUnit("Vector", None,
+                        "SIMD unit of each vector core (AIV); its rate is the core model's vector engine"),
         ),
         paths=_ASCEND_PATHS,
         notes="split architecture: AIC (cube core: MTE1, MTE2, Cube, FixPipe; L1, L0A/B/C) and "

@@ -16,13 +16,15 @@ Most engine rates inside a core are not published: :func:`with_core` and
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
+from flashlab.arguments import as_real
 from flashlab.pipeline.params import HardwareProfile, Param
-from flashlab.validation import as_real
 
-__all__ = ['ridge_point', 'roofline', 'roofline_time', 'bound', 'HBM_ENGINES', 'MAIN_MEMORY_LEVELS', 'with_hbm_bandwidth', 'with_core']
+__all__ = ["ridge_point", "roofline", "roofline_time", "bound", "HBM_ENGINES",
+           "MAIN_MEMORY_LEVELS", "with_hbm_bandwidth", "with_core"]
 
 
 def ridge_point(profile: HardwareProfile) -> float:
@@ -130,7 +132,7 @@ def with_core(profile: HardwareProfile, source: str = "set by the reader",
         raise ValueError("profile must be a HardwareProfile with a core model (a per-core profile, "
                          f"e.g. ASCEND_910B_AI_CORE); got {getattr(profile, 'name', profile)!r}")
     core = profile.core
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}   # field of CoreModel -> its new Engine or Param
     for key, value in values.items():
         as_real(key, value, lo=0, what="a finite number >= 0")
         name = key.removesuffix("_latency")

@@ -17,14 +17,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from flashlab.arguments import as_int, as_real
+from flashlab.pipeline.buffers import STRATEGIES
 from flashlab.pipeline.hardware import (
-    ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CORES, HardwareProfile, with_hbm_bandwidth,
+    ASCEND_910B,
+    ASCEND_910B_AI_CORE,
+    ASCEND_910B_CORES,
+    HardwareProfile,
+    with_hbm_bandwidth,
 )
-from flashlab.pipeline.schedule import STRATEGIES, simulate_fa
+from flashlab.pipeline.schedule import simulate_fa
 from flashlab.pipeline.simulate import SimResult
-from flashlab.validation import as_int, as_real
 
-__all__ = ["HEAD_DIMS", "ROPE_MODES", "ROPE_DIM", "DEFAULT_HBM_TB_S", "N_AI_CORES",
+__all__ = ["HEAD_DIMS", "ROPE_MODES", "ROPE_DIM", "DEFAULT_HBM_TB_S",
            "core_profile", "PipelineSettings", "simulate_settings", "run_settings", "summary"]
 
 #: head-dim presets, name -> (d_qk, d_v, pad_v). "192/192 padded V" is MLA's 192/128 with V
@@ -41,8 +46,6 @@ ROPE_MODES = ("concat", "split")
 ROPE_DIM = 64
 #: the chip's HBM bandwidth the profile assumes, in TB/s (an assumption, no official figure)
 DEFAULT_HBM_TB_S = ASCEND_910B.hbm_bandwidth.value / 1e12
-#: AI Cores that share the HBM (one L1 per AI Core)
-N_AI_CORES = ASCEND_910B_CORES
 
 
 def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
@@ -57,8 +60,8 @@ def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
     """
     hbm_tb_s = as_real("hbm_tb_s", hbm_tb_s, lo=0.0, lo_open=True, what="a number of TB/s")
     # beta_core = beta_chip / 24
-    share = hbm_tb_s * 1e12 / N_AI_CORES
-    why = f"chip HBM bandwidth set to {hbm_tb_s:g} TB/s, one core's share = 1/{N_AI_CORES} of it"
+    share = hbm_tb_s * 1e12 / ASCEND_910B_CORES
+    why = f"chip HBM bandwidth set to {hbm_tb_s:g} TB/s, one core's share = 1/{ASCEND_910B_CORES} of it"
     return with_hbm_bandwidth(base, share, why)
 
 
@@ -70,7 +73,7 @@ class PipelineSettings:
     Attributes
     ----------
     strategy
-        one of :data:`flashlab.pipeline.schedule.STRATEGIES`
+        one of :data:`flashlab.pipeline.buffers.STRATEGIES`
     n_buffers
         L1 buffers per operand (used by ``strategy="n_buffers"`` only)
     block_q

@@ -44,7 +44,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from flashlab.arguments import as_int
 
@@ -221,7 +221,8 @@ class SimResult:
         spans = []
         for i, slots in enumerate(self.slot_of):
             for s in slots:
-                spans.append(SlotSpan(tasks[i].acquire, s, self.start[i], freed.get(i, self.makespan),
+                # a task holds slots only of the pool it acquires from (acquire is set)
+                spans.append(SlotSpan(cast(str, tasks[i].acquire), s, self.start[i], freed.get(i, self.makespan),
                                       tasks[i].name, tasks[i].step))
         return spans
 
@@ -383,7 +384,7 @@ def simulate(graph: TaskGraph) -> SimResult:
             busy_engine[t.engine] = False
             finished += 1
             for a in t.releases:
-                free[tasks[a].acquire].extend(slot_of[a])
+                free[cast(str, tasks[a].acquire)].extend(slot_of[a])
             for j in succ[i]:
                 remaining[j] -= 1
 

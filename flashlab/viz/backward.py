@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
-from flashlab.validation import as_int
+from flashlab.arguments import as_int
 from flashlab.viz.style import PALETTE, new_figure
 
-__all__ = ["MATMUL", "VECTOR", "Step", "FORWARD_STEPS", "BACKWARD_STEPS", "matmul_flops_per_tile",
-           "draw_tile_steps"]
+__all__ = ["MATMUL", "VECTOR", "AlgorithmStep", "FORWARD_STEPS", "BACKWARD_STEPS",
+           "matmul_flops_per_tile", "draw_tile_steps"]
 
 #: the two kinds of step (a matrix product on the tile, or element-wise vector work)
 MATMUL, VECTOR = "matmul", "vector"
 
 
 @dataclass(frozen=True)
-class Step:
+class AlgorithmStep:
     """One step of a kernel's tile loop.
 
     ``formula`` is matplotlib mathtext; ``kind`` is :data:`MATMUL` or :data:`VECTOR`;
@@ -44,28 +44,28 @@ class Step:
 
 
 #: the forward's steps for one tile, in the kernel's order
-FORWARD_STEPS: tuple[Step, ...] = (
-    Step(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),
-    Step(r"$m' = \max(m, \mathrm{rowmax}\,S),\ \tilde P = e^{S - m'},\ \ell' = \dots$", VECTOR),
-    Step(r"$\tilde O \leftarrow e^{m - m'}\tilde O + \tilde P\,V_j$", MATMUL, "v"),
-    Step(r"$O_i = \tilde O / \ell,\ \ \mathrm{LSE}_i = m + \log \ell$", VECTOR, per_tile=False),
+FORWARD_STEPS: tuple[AlgorithmStep, ...] = (
+    AlgorithmStep(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),
+    AlgorithmStep(r"$m' = \max(m, \mathrm{rowmax}\,S),\ \tilde P = e^{S - m'},\ \ell' = \dots$", VECTOR),
+    AlgorithmStep(r"$\tilde O \leftarrow e^{m - m'}\tilde O + \tilde P\,V_j$", MATMUL, "v"),
+    AlgorithmStep(r"$O_i = \tilde O / \ell,\ \ \mathrm{LSE}_i = m + \log \ell$", VECTOR, per_tile=False),
 )
 
 #: the backward's steps for one tile, in the kernel's order (5 matrix products)
-BACKWARD_STEPS: tuple[Step, ...] = (
-    Step(r"$D_i = \mathrm{rowsum}(dO_i \circ O_i)$", VECTOR, per_tile=False),
-    Step(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),
-    Step(r"$P = e^{S - \mathrm{LSE}_i}$", VECTOR),
-    Step(r"$dV_j \leftarrow dV_j + P^\top dO_i$", MATMUL, "v"),
-    Step(r"$dP = dO_i\,V_j^\top$", MATMUL, "v"),
-    Step(r"$dS = P \circ (dP - D_i)$", VECTOR),
-    Step(r"$dQ_i \leftarrow dQ_i + dS\,K_j$", MATMUL, "qk"),
-    Step(r"$dK_j \leftarrow dK_j + dS^\top (\mathrm{scale}\,Q_i)$", MATMUL, "qk"),
-    Step(r"$dQ_i \leftarrow \mathrm{scale}\cdot dQ_i$", VECTOR, per_tile=False),
+BACKWARD_STEPS: tuple[AlgorithmStep, ...] = (
+    AlgorithmStep(r"$D_i = \mathrm{rowsum}(dO_i \circ O_i)$", VECTOR, per_tile=False),
+    AlgorithmStep(r"$S = (\mathrm{scale}\,Q_i)\,K_j^\top$", MATMUL, "qk"),
+    AlgorithmStep(r"$P = e^{S - \mathrm{LSE}_i}$", VECTOR),
+    AlgorithmStep(r"$dV_j \leftarrow dV_j + P^\top dO_i$", MATMUL, "v"),
+    AlgorithmStep(r"$dP = dO_i\,V_j^\top$", MATMUL, "v"),
+    AlgorithmStep(r"$dS = P \circ (dP - D_i)$", VECTOR),
+    AlgorithmStep(r"$dQ_i \leftarrow dQ_i + dS\,K_j$", MATMUL, "qk"),
+    AlgorithmStep(r"$dK_j \leftarrow dK_j + dS^\top (\mathrm{scale}\,Q_i)$", MATMUL, "qk"),
+    AlgorithmStep(r"$dQ_i \leftarrow \mathrm{scale}\cdot dQ_i$", VECTOR, per_tile=False),
 )
 
 
-def matmul_flops_per_tile(steps: tuple[Step, ...], block_q: int, block_k: int,
+def matmul_flops_per_tile(steps: tuple[AlgorithmStep, ...], block_q: int, block_k: int,
                           d_qk: int, d_v: int) -> int:
     """FLOPs of the matrix products of one full ``block_q x block_k`` tile: ``2 B_r B_c d`` each.
 
@@ -79,7 +79,7 @@ def matmul_flops_per_tile(steps: tuple[Step, ...], block_q: int, block_k: int,
     return sum(2 * block_q * block_k * dims[s.dim] for s in steps if s.kind == MATMUL)
 
 
-def _draw_column(ax, steps: tuple[Step, ...], x: float, title: str, width: float) -> None:
+def _draw_column(ax, steps: tuple[AlgorithmStep, ...], x: float, title: str, width: float) -> None:
     """Boxes for ``steps`` top to bottom at centre ``x``, joined by arrows; products numbered."""
     ax.text(x, 0.6, title, ha="center", va="bottom", fontsize=11, fontweight="bold")
     n_product = 0
@@ -104,8 +104,8 @@ def _draw_column(ax, steps: tuple[Step, ...], x: float, title: str, width: float
                                          mutation_scale=10, color=PALETTE["text"], lw=0.8))
 
 
-def draw_tile_steps(forward: tuple[Step, ...] = FORWARD_STEPS,
-                    backward: tuple[Step, ...] = BACKWARD_STEPS, *, dpi: int = 80):
+def draw_tile_steps(forward: tuple[AlgorithmStep, ...] = FORWARD_STEPS,
+                    backward: tuple[AlgorithmStep, ...] = BACKWARD_STEPS, *, dpi: int = 80):
     """Draw the forward's and the backward's steps as two columns; returns the figure.
 
     Solid boxes run once per tile, dashed ones once per query block; matrix products (blue,

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import IPython.display
 
 __all__ = ["show_source"]
 

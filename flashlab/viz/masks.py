@@ -25,6 +25,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from flashlab.cann import Dims, plan, sparse_mode_mask
 from flashlab.masks import EMPTY, FULL, NO_LIMIT, PARTIAL, allowed, band_from, classify_tiles
+from flashlab.tiling import cdiv
 from flashlab.viz.style import PALETTE, new_figure
 from flashlab.viz.tiles import class_image, draw_block_map
 
@@ -84,7 +85,7 @@ def mask_gallery(cases: dict[str, tuple[int, int, dict]], block_q: int, block_k:
     if not cases:
         raise ValueError("cases must name at least one mask")
     n = len(cases)
-    nrows = -(-n // ncols)
+    nrows = cdiv(n, ncols)
     fig, axes = new_figure(panel * ncols, panel * nrows + 0.4, nrows=nrows, ncols=ncols)
     axes = np.atleast_1d(axes).ravel()
     for ax, (title, (sq, sk, options)) in zip(axes, cases.items()):
@@ -218,7 +219,7 @@ def varlen_counts(lengths_q, lengths_k=None, *, block_q: int, block_k: int,
     per_seq = sum(int(np.sum(p.classes != EMPTY)) for p in pieces)
     ok = packed_allowed(lq, lk, **operator_mask)
     packed = int(np.sum(classify_tiles(*ok.shape, block_q, block_k, NO_LIMIT, NO_LIMIT, ~ok) != EMPTY))
-    padded = len(lq) * -(-max(lq) // block_q) * -(-max(lk) // block_k)
+    padded = len(lq) * cdiv(max(lq), block_q) * cdiv(max(lk), block_k)
     return VarlenCounts(per_seq, packed, padded)
 
 
@@ -260,7 +261,7 @@ def varlen_figure(lengths_q, lengths_k=None, *, block_q: int, block_k: int,
                        fontsize=9)
 
     # padded to the longest sequence, every tile computed; the B grids side by side
-    full = np.full((-(-mq // block_q), -(-mk // block_k)), FULL, dtype=np.int8)
+    full = np.full((cdiv(mq, block_q), cdiv(mk, block_k)), FULL, dtype=np.int8)
     seq_ok = [np.zeros((sq, sk), dtype=bool) for sq, sk in zip(lq, lk)]
     for s, p in zip([s for s, sq in enumerate(lq) if sq > 0], pieces):
         seq_ok[s] = p.ok

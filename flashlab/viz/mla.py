@@ -14,12 +14,11 @@ Colours: :data:`flashlab.viz.style.PALETTE` (``q``, ``k``, ``v``, ``o`` for the 
 """
 from __future__ import annotations
 
-
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from flashlab.mla import Step, ledger_total
-from flashlab.validation import as_int
+from flashlab.arguments import as_int
+from flashlab.dataflows import Step, total
 from flashlab.viz.style import PALETTE, markdown_table, new_figure
 
 __all__ = ["PANELS", "head_dims_figure", "ledger_markdown"]
@@ -117,4 +116,4 @@ def ledger_markdown(ledger: list[Step], *, unit: int = 2 ** 20, unit_name: str =
 
     header = ["step", "MFLOP", f"read ({unit_name})", f"written ({unit_name})",
               f"allocated ({unit_name})", f"workspace ({unit_name})"]
-    return markdown_table(header, [row(s) for s in ledger] + [row(ledger_total(ledger), True)])
+    return markdown_table(header, [row(s) for s in ledger] + [row(total(ledger), True)])

@@ -14,7 +14,7 @@ $S = Q^C {K^C}^\top + Q^R {K^R}^\top$ is computed
   naive split the Ascend RECT-FA article warns about);
 - ``"in place"``: as two products into **one** tile, the second a gemm with $\beta = 1$
   ($S \leftarrow Q^R {K^R}^\top + 1 \cdot S$), which is what
-  :func:`flashlab.kernels.forward.score_tile` does.
+  :func:`flashlab.kernels.tile.score_tile` does.
 
 :func:`tile_buffers` lists those buffers (name, shape, kind) as data; the drawing and the
 chapter's tables both read it. Kinds: ``"operand"`` (a tile of an input the kernel loads
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from flashlab.arguments import as_int
 from flashlab.rope import pair_indices
-from flashlab.validation import as_int
 from flashlab.viz.style import PALETTE, SERIES, new_figure
 
 __all__ = ["TILE_OPTIONS", "BUFFER_KINDS", "tile_buffers", "draw_score_options", "draw_rope_pairs"]

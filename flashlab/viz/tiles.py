@@ -21,7 +21,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from flashlab.masks import EMPTY, FULL, PARTIAL, allowed as band_allowed, classify_tiles
+from flashlab.masks import EMPTY, FULL, PARTIAL, classify_tiles
+from flashlab.masks import allowed as band_allowed
+from flashlab.tiling import cdiv
 from flashlab.viz.style import PALETTE, background_of, blit_png, new_figure
 
 __all__ = ["ERR_FLOOR", "WALK_FONT", "class_image", "draw_block_map", "block_map_figure", "walk_legend_handles",
@@ -212,8 +214,9 @@ class WalkView:
         self.classes = classify_tiles(sq, sk, bq, bk, walk.left, walk.right, walk.mask)
         computed = [i for i, st in enumerate(walk.steps) if not st.skipped]
         self._computed_index = np.array(computed, dtype=np.int64)
-        centre = lambda st: ((st.cols[0] + st.cols[1]) / 2, (st.rows[0] + st.rows[1]) / 2)
-        xy = np.array([centre(walk.steps[i]) for i in computed]).reshape(-1, 2)
+        # the centre (x = column, y = row) of each computed tile
+        xy = np.array([((st.cols[0] + st.cols[1]) / 2, (st.rows[0] + st.rows[1]) / 2)
+                       for st in (walk.steps[i] for i in computed)]).reshape(-1, 2)
         self._dot_x, self._dot_y = xy[:, 0], xy[:, 1]
         self._limits = {qb: _qblock_limits(walk, qb) for qb in range(walk.n_qb)}
         self._rounding = _ROUNDING.get(walk.o.dtype, ERR_FLOOR)
@@ -367,7 +370,7 @@ class WalkView:
 
 def _strip(ax, size: int, block: int, colour: str, vertical: bool, label: str) -> list:
     """One operand as a strip of blocks beside the grid (all off chip); returns the block patches."""
-    n = -(-size // block)
+    n = cdiv(size, block)
     patches = []
     for b in range(n):
         a0, a1 = _tile_bounds(b, block, size)

@@ -12,12 +12,25 @@
 static fallbacks) never needs it.
 """
 from flashlab.widgets.pipeline import (
-    BLOCK_K_OPTIONS, BLOCK_Q_OPTIONS, CHANGE_TARGET_S, CHANGES, PipelineExplorer, chart_output,
-    pipeline_animation, pipeline_explorer_change, pipeline_grid,
+    BLOCK_K_OPTIONS,
+    BLOCK_Q_OPTIONS,
+    CHANGE_TARGET_S,
+    CHANGES,
+    PipelineExplorer,
+    chart_output,
+    pipeline_animation,
+    pipeline_explorer_change,
+    pipeline_grid,
 )
 from flashlab.widgets.tiles import (
-    MASK_KINDS, PATCH, PLAY_INTERVAL_MS, TileExplorer, demo_problem, frame_indices,
-    tile_walk_animation, walk_demo,
+    MASK_KINDS,
+    PATCH,
+    PLAY_INTERVAL_MS,
+    TileExplorer,
+    demo_problem,
+    frame_indices,
+    tile_walk_animation,
+    walk_demo,
 )
 
 __all__ = ["MASK_KINDS", "PATCH", "PLAY_INTERVAL_MS", "TileExplorer", "demo_problem",

@@ -26,12 +26,17 @@ import html
 import time
 from collections.abc import Sequence
 
-from flashlab.pipeline.schedule import STRATEGIES
+from flashlab.arguments import as_int
+from flashlab.pipeline.buffers import STRATEGIES
 from flashlab.pipeline.settings import (
-    HEAD_DIMS, ROPE_MODES, PipelineSettings, run_settings, simulate_settings, summary,
+    HEAD_DIMS,
+    ROPE_MODES,
+    PipelineSettings,
+    run_settings,
+    simulate_settings,
+    summary,
 )
 from flashlab.pipeline.simulate import TIME_UNITS, SimResult
-from flashlab.validation import as_int
 
 __all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
            "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES",

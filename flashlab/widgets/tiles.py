@@ -17,6 +17,7 @@ import base64
 import numpy as np
 
 import flashlab
+from flashlab.tiling import cdiv
 from flashlab.walk import Walk, walk_forward
 
 __all__ = ["MASK_KINDS", "PLAY_INTERVAL_MS", "PATCH", "demo_problem", "walk_demo", "frame_indices",
@@ -53,7 +54,7 @@ def demo_problem(sq: int = 32, sk: int = 32, *, mask_kind: str = "causal", windo
     if mask_kind == "sliding window":
         return inputs, {"window": (window, 0)}
     mask = rng.random((sq, sk)) < 0.3
-    patches = rng.random((-(-sq // PATCH), -(-sk // PATCH))) < 0.35
+    patches = rng.random((cdiv(sq, PATCH), cdiv(sk, PATCH))) < 0.35
     mask |= np.kron(patches, np.ones((PATCH, PATCH), dtype=bool))[:sq, :sk]
     return inputs, {"mask": mask}
 

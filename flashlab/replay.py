@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flashlab.kernels import forward
+from flashlab.kernels import tile
 from flashlab.pipeline.simulate import SimResult
 
 __all__ = ["replay_tiles", "attention_from_tiles"]
@@ -73,15 +73,15 @@ def attention_from_tiles(tiles: dict[tuple[str, int], np.ndarray], q: np.ndarray
                          scale: float) -> np.ndarray:
     """Attention of ``q`` (Sq, Dqk) over the replayed tiles, with the kernel's own update.
 
-    Runs ``forward.online_softmax_update`` over steps ``0 .. n_steps - 1`` and
-    ``forward.finalize_rows``; returns ``o`` (Sq, Dv) in float64.
+    Runs ``tile.online_softmax_update`` over steps ``0 .. n_steps - 1`` and
+    ``tile.finalize_rows``; returns ``o`` (Sq, Dv) in float64.
     """
     m, l = np.full(len(q), -np.inf), np.zeros(len(q))
     acc = np.zeros((len(q), tiles["V", 0].shape[1]))
     for step in range(n_steps):
         # S = scale Q K_step^T
         s = scale * (q @ tiles["K", step].T)
-        forward.online_softmax_update(s, tiles["V", step], m, l, acc)
+        tile.online_softmax_update(s, tiles["V", step], m, l, acc)
     o, lse = np.empty_like(acc), np.empty(len(q), dtype=np.float32)
-    forward.finalize_rows(m, l, acc, o, lse)
+    tile.finalize_rows(m, l, acc, o, lse)
     return o
