@@ -26,7 +26,7 @@ def solutions() -> dict:
 
 def test_every_code_it_exercise_is_exported_once():
     names = [ex.name for ex in assignments.exercises()]
-    assert sorted(names) == sorted(grading.CHECKERS) and len(names) == 11
+    assert sorted(names) == sorted(grading.CHECKERS) and len(names) == 13
 
 
 @pytest.mark.parametrize("name", sorted(grading.CHECKERS))
@@ -107,7 +107,7 @@ def test_grade_names_its_bad_arguments(solutions):
 
 def test_source_notebooks_have_nbgrader_cells(tmp_path):
     paths = assignments.write_course(tmp_path, seed=11)
-    assert len(paths) == 11 and (tmp_path / "nbgrader_config.py").exists()
+    assert len(paths) == 13 and (tmp_path / "nbgrader_config.py").exists()
     for path in paths:
         cells = json.loads(path.read_text())["cells"]
         answer, test = ("".join(c["source"]) for c in cells[1:])

@@ -30,7 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashlab"
 
-#: tier -> column -> layers, bottom first; a module belongs to the first layer with a prefix
+#: tier -> column -> layers, bottom first; a module belongs to the layer with the longest prefix
 #: matching its name. Tiers are listed bottom first; the two columns of the middle tier share it
 TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "base": {"base": [
@@ -70,7 +70,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
         ("flashlab.walk", "flashlab.replay", "flashlab.exercises"),
         ("flashlab.widgets.tiles", "flashlab.widgets.pipeline"),
         ("flashlab.widgets.__init__",),
-        ("flashlab.bench",),
+        ("flashlab.bench", "flashlab.gpu.bench"),
     ]},
 }
 
@@ -79,13 +79,19 @@ ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def place_of(name: str) -> tuple[int, str, int]:
-    """``(tier index, column, layer index)`` of a module; ``LookupError`` if it has none."""
+    """``(tier index, column, layer index)`` of a module: the layer with the longest prefix of its
+    name (``flashlab.gpu.bench`` is a benchmark tool, not part of ``flashlab.gpu``'s layer);
+    ``LookupError`` if it has none."""
+    best: tuple[int, tuple[int, str, int]] | None = None
     for t, columns in enumerate(TIERS.values()):
         for column, layers in columns.items():
             for i, layer in enumerate(layers):
-                if any(name == prefix or name.startswith(prefix + ".") for prefix in layer):
-                    return t, column, i
-    raise LookupError(name)
+                for prefix in layer:
+                    if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+                        best = (len(prefix), (t, column, i))
+    if best is None:
+        raise LookupError(name)
+    return best[1]
 
 
 def may_import(importer: str, imported: str) -> bool:

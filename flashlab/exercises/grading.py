@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import foundations, rect
+from . import foundations, gpu, rect
 from ._core import Feedback
 
 __all__ = ["CHECKERS", "INPUTS", "grade", "flashlab_calls"]
@@ -46,6 +46,8 @@ CHECKERS: dict[str, Callable[[Callable[..., Any]], Feedback]] = {
     "pipeline_time": rect.check_pipeline_time,
     "concat_bytes": rect.check_concat_bytes,
     "attention_flops": rect.check_attention_flops,
+    "forward_read_bytes": gpu.check_forward_read_bytes,
+    "shared_bytes": gpu.check_shared_memory_bytes,
 }
 
 _PACKAGE = Path(__file__).resolve().parent.parent          # flashlab/
@@ -90,7 +92,14 @@ def _ints(rng: np.random.Generator, n: int, lo: int = 1, hi: int = 4096) -> list
 
 
 #: exercise name -> a generator of one argument tuple from the instructor's random generator
+def _tiles(rng: np.random.Generator) -> list[int]:
+    """block_q, block_k: powers of two from 8 to 128."""
+    return [int(x) for x in rng.choice([8, 16, 32, 64, 128], size=2)]
+
+
 INPUTS: dict[str, Callable[[np.random.Generator], tuple]] = {
+    "forward_read_bytes": lambda r: (*_ints(r, 2, 1, 300), *_ints(r, 2, 1, 256), *_tiles(r), bool(r.integers(0, 2))),
+    "shared_bytes": lambda r: (*_tiles(r), *_ints(r, 2, 1, 256)),
     "arithmetic_intensity": lambda r: (*_ints(r, 3), int(r.choice([1, 2, 4, 8]))),
     "attention": lambda r: (r.standard_normal((int(r.integers(1, 9)), d := int(r.integers(1, 9)))) * 4,
                             r.standard_normal((sk := int(r.integers(1, 9)), d)),
@@ -191,7 +200,10 @@ def _guarded(fn: Callable[..., Any], seen: list[str]) -> Callable[..., Any]:
     def hook(frame, event, arg):
         if event == "call":
             path = frame.f_code.co_filename
-            if path.startswith(str(_PACKAGE)) and not path.startswith(str(_EXERCISES)):
+            # the package's lazy face (flashlab._lazy) only looks a name up: the call it leads to is
+            # the one to name
+            if (path.startswith(str(_PACKAGE)) and not path.startswith(str(_EXERCISES))
+                    and path != str(_PACKAGE / "_lazy.py")):
                 where = Path(path).relative_to(_PACKAGE.parent).with_suffix("")
                 seen.append(f"{'.'.join(where.parts)}.{frame.f_code.co_name}")
                 sys.setprofile(None)
