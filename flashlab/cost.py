@@ -64,7 +64,8 @@ __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_f
            "mla_dataflow_ideas", "accumulator_bytes", "attended_pairs",
            "check_dataflow", "mla_forward_steps", "backward_partials_elements",
            "mla_backward_steps", "MLA_IDEAS", "mla_savings",
-           "KV_RESIDENT", "TRAFFIC_DATAFLOWS", "Traffic", "kv_reread_factor", "traffic"]
+           "KV_RESIDENT", "TRAFFIC_DATAFLOWS", "Traffic", "kv_reread_factor", "traffic",
+           "backward_traffic"]
 
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -187,17 +188,17 @@ def operation_intensities(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_
 
 
 def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
-                             elem: int = 4) -> float:
+                             elem: int = 4, kv_hit: float = 0.0, causal: bool = False) -> float:
     """Arithmetic intensity (FLOP/byte) of the tiled recomputation backward (model).
 
-    FLOPs: :func:`attention_backward_flops`, five products per tile. Main-memory elements:
-    ``Q, dQ`` (Sq x Dqk) and ``O, dO`` (Sq x Dv) once; per q-block (``n_qb = ceil(Sq /
-    block_q)`` of them) ``K, V`` read and the ``dK, dV`` accumulators read and written:
-    ``Sq (2 Dqk + 2 Dv) + 3 n_qb Sk (Dqk + Dv)``, times ``elem`` bytes.
+    FLOPs: :func:`attention_backward_flops`, five products per tile; bytes: the one traffic
+    model's backward, :func:`backward_traffic` (``"fused"``, with the LSE read in the
+    accumulator's dtype). With ``kv_hit = 0`` and no mask:
+    ``elem (Sq (2 Dqk + 2 Dv) + 3 n_qb Sk (Dqk + Dv)) + a Sq`` bytes.
     """
-    n_qb = cdiv(seq_q, block_q)
-    elements = seq_q * (2 * d_qk + 2 * d_v) + 3 * n_qb * seq_k * (d_qk + d_v)
-    return attention_backward_flops(seq_q, seq_k, d_qk, d_v) / (elem * elements)
+    t = backward_traffic("fused", seq_q=seq_q, seq_k=seq_k, d_qk=d_qk, d_v=d_v, elem=elem,
+                         block_q=block_q, kv_hit=kv_hit, causal=causal)
+    return attention_backward_flops(seq_q, seq_k, d_qk, d_v) / t.total
 
 
 # ------------------------------------------------------------------------------------------
@@ -312,6 +313,42 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
     read = elem * (seq_q * d + f * sk * (d + d_v))
     written = elem * seq_q * d_v + a * seq_q
     return Traffic(bh * read, float(bh * written))
+
+
+def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None = None, d_qk: int,
+                     d_v: int, batch: int = 1, heads: int = 1, elem: int = 2, block_q: int = 128,
+                     kv_hit: float = 0.0, causal: bool = False, lse_elem: int | None = None) -> Traffic:
+    r"""Main-memory bytes of the fused kernel's recomputation backward: :func:`traffic`'s backward.
+
+    Only ``dataflow="fused"`` (the tiled backward of the backward chapter): per head it reads
+    $Q$, $O$, $dO$ and the LSE once and writes $dQ$ once; every q-block that visits a key
+    block reads $K$, $V$ and the $dK$, $dV$ accumulators and writes the accumulators back,
+    so these three streams cross the bus $f$ times, with the same
+    $f = 1 + (F_0 - 1)(1 - h)$ as the forward (:func:`kv_reread_factor`; ``kv_hit`` = $h$):
+
+    $$ \text{read} = e\,(S_q (d + 2 d_v) + 2 f S_k (d + d_v)) + a\,S_q,\qquad
+       \text{written} = e\,(S_q d + f S_k (d + d_v)). $$
+
+    ``lse_elem`` ($a$) defaults to the accumulator's bytes (:func:`accumulator_bytes`), as in
+    :func:`traffic`. Sizes for ``batch * heads`` heads.
+    """
+    if dataflow != "fused":
+        raise ValueError(f"dataflow must be 'fused' (the one backward the traffic model covers); "
+                         f"got {dataflow!r}")
+    _check_hit(kv_hit)
+    sk = seq_q if seq_k is None else seq_k
+    for name, x in (("seq_q", seq_q), ("seq_k", sk), ("d_qk", d_qk), ("d_v", d_v), ("batch", batch),
+                    ("heads", heads), ("elem", elem), ("block_q", block_q)):
+        as_int(name, x, lo=1)
+    a = accumulator_bytes(elem) if lse_elem is None else lse_elem
+    f = kv_reread_factor(seq_q, block_q, kv_hit, seq_k=sk, causal=causal)
+    kv = sk * (d_qk + d_v)
+    # read Q, O, dO and the LSE once; K, V and the dK, dV accumulators f times
+    read = elem * (seq_q * (d_qk + 2 * d_v) + 2 * f * kv) + a * seq_q
+    # write dQ once and the dK, dV accumulators f times
+    written = elem * (seq_q * d_qk + f * kv)
+    bh = batch * heads
+    return Traffic(float(bh * read), float(bh * written))
 
 
 # ------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def _label(key: str) -> str:
 
 #: the four verdicts, strictest first
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "not comparable")
-#: a like-for-like range that misses the figure by less than this share of its effect: partly
+#: a like-for-like range that misses the figure by less than this share of its effect is partly
 PARTLY = 0.5
 
 

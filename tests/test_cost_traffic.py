@@ -96,3 +96,31 @@ def test_910b_roofline_position_by_hit_rate():
     assert 0.0 < h < 1.0
     at = rect.kernel_roofline_by_hit(ASCEND_910B, hits=(h,))[0]
     assert at.intensity == pytest.approx(at.ridge, rel=1e-6)
+
+
+def test_backward_traffic_is_the_forward_model_with_the_accumulators_streamed_too():
+    """The backward's bytes come from the same K/V re-read factor as the forward's, and
+    flash_backward_intensity is FLOPs over them (no second formula)."""
+    sq, sk, d, dv, bq = 1000, 700, 192, 128, 128
+    for hit in (0.0, 0.4, cost.KV_RESIDENT):
+        for causal in (False, True):
+            f = cost.kv_reread_factor(sq, bq, hit, seq_k=sk, causal=causal)
+            t = cost.backward_traffic(seq_q=sq, seq_k=sk, d_qk=d, d_v=dv, elem=2, block_q=bq, kv_hit=hit,
+                                      causal=causal, heads=3)
+            fwd = cost.traffic("fused", seq_q=sq, seq_k=sk, d_qk=d, d_v=dv, elem=2, block_q=bq, kv_hit=hit,
+                               causal=causal, heads=3)
+            # read Q, O, dO, LSE once, K, V, dK, dV f times; write dQ once, dK, dV f times
+            assert t.read == pytest.approx(3 * (2 * (sq * (d + 2 * dv) + 2 * f * sk * (d + dv)) + 4 * sq))
+            assert t.written == pytest.approx(3 * 2 * (sq * d + f * sk * (d + dv)))
+            # the forward's K/V stream is one of the backward's three
+            assert fwd.read - 3 * 2 * sq * d == pytest.approx(3 * 2 * f * sk * (d + dv))
+    # resident K/V: reads Q, O, dO, K, V and the dK, dV accumulators once (7 arrays), writes dQ, dK, dV
+    res = cost.backward_traffic(seq_q=512, d_qk=64, d_v=64, elem=4, kv_hit=1.0, lse_elem=0)
+    assert (res.read, res.written) == (4 * 512 * 64 * 7, 4 * 512 * 64 * 3)
+    assert cost.flash_backward_intensity(512, 512, 64, 64, block_q=128, kv_hit=1.0) == pytest.approx(
+        cost.attention_backward_flops(512, 512, 64, 64)
+        / cost.backward_traffic(seq_q=512, d_qk=64, d_v=64, elem=4, kv_hit=1.0).total)
+    with pytest.raises(ValueError, match="dataflow must be 'fused'"):
+        cost.backward_traffic("standard", seq_q=8, d_qk=8, d_v=8)
+    with pytest.raises(ValueError, match="kv_hit"):
+        cost.backward_traffic(seq_q=8, d_qk=8, d_v=8, kv_hit=1.5)

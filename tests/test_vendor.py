@@ -150,3 +150,26 @@ def test_sensitivity_moves_one_assumed_number():
     assert base == dict(vendor.verdicts())
     with pytest.raises(ValueError, match="parameter must be one of"):
         vendor.sensitivity("clock")
+
+
+#: the rect_fa chapter's verdict bullets (their bold heads) and the vendor rows they speak for
+RECT_FA_BULLETS = {"Native V, forward": "fa_forward", "Native V, backward": "fa_backward",
+                   "Concat's share": "concat_share", "In-place accumulation": "inplace",
+                   "Ping-pong": "ping_pong", "End to end": "end_to_end", "Memory": "memory"}
+
+
+def test_rect_fa_states_the_verdicts_the_table_computes():
+    """Each of the rect_fa chapter's bullets on the vendor table names, in its bold head, the
+    strict verdict flashlab.vendor computes for its row; no prose calls a verdict 'consistent'."""
+    cells = json.loads((ROOT / "book" / "rect_fa.ipynb").read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    for head, key in RECT_FA_BULLETS.items():
+        word = vendor.verdict_headline(vendor.row(key).verdict)
+        m = re.search(rf"^- \*\*{re.escape(head)}: ([a-z ]+?)[.,][^*]*\*\*", text, flags=re.M)
+        assert m, f"rect_fa: no bullet '- **{head}: <verdict>.**'"
+        assert m.group(1) == word, f"rect_fa says {head}: {m.group(1)!r}; flashlab.vendor computes {word!r}"
+    for page in (ROOT / "book").glob("*.ipynb"):
+        for c in json.loads(page.read_text())["cells"]:
+            if c["cell_type"] == "markdown":
+                assert not re.search(r"verdict\w*[^.]{0,80}\bconsistent\b|\bconsistent\b[^.]{0,40}verdict",
+                                     "".join(c["source"]), flags=re.I), page.name

@@ -14,7 +14,7 @@ Implementations (``impl``):
   installed (optional: ``pip install -r requirements-bench.txt``); forward under
   ``torch.no_grad()``, backward ``out.backward(dO)`` on ``requires_grad`` leaves;
 * ``mla:<dataflow>``: :func:`flashlab.mla.mla_forward` / :func:`flashlab.mla.mla_backward` in
-  each dataflow of :data:`flashlab.dataflows.DATAFLOWS` (the MLA section).
+  each dataflow of ``flashlab.dataflows.DATAFLOWS`` (the MLA section).
 
 What is measured for each case
     * **time**: the median of up to ``repeats`` calls after one warm-up call at full size.

@@ -2,20 +2,20 @@
 
 Each file records the command that wrote it, its date, machine and versions:
 
-=======================  ==========================================================================
-``bench.json``           ``python -m flashlab.bench --no-mla --no-decode --naive-max-n 8192``
-``bench_mla.json``       ``python -m flashlab.bench --mla-only``
-``decode.json``          ``python -m flashlab.bench --decode-only``
-``ceiling.json``         ``python -m flashlab.bench --ceiling-only`` (``OPENBLAS_CORETYPE=Haswell``)
-``ceiling_avx512.json``  the same with ``OPENBLAS_CORETYPE`` unset (AVX-512 kernels)
-``train_tiny.json``      ``python examples/train_tiny.py``
+=========================  ==========================================================================
+``bench.json``             ``python -m flashlab.bench --no-mla --no-decode --naive-max-n 8192``
+``bench_mla.json``         ``python -m flashlab.bench --mla-only``
+``decode.json``            ``python -m flashlab.bench --decode-only``
+``ceiling.json``           ``python -m flashlab.bench --ceiling-only`` (``OPENBLAS_CORETYPE=Haswell``)
+``ceiling_avx512.json``    the same with ``OPENBLAS_CORETYPE`` unset (AVX-512 kernels)
+``train_tiny.json``        ``python examples/train_tiny.py``
 ``performance_live.json``  ``python -m flashlab.bench._page flashlab/data/performance_live.json``
-``backward_ratio.json``  ``python tools/backward_ratio.py`` (one thread, N = 1024, quiet machine)
-``gpu_bench.json``       ``python -m flashlab.gpu.bench`` on a CUDA GPU (absent until a GPU run is committed)
-=======================  ==========================================================================
+``backward_ratio.json``    ``python tools/backward_ratio.py`` (one thread, N = 1024, quiet machine)
+``gpu_bench.json``         ``python -m flashlab.gpu.bench`` on a CUDA GPU (absent until a GPU run is committed)
+=========================  ==========================================================================
 
 They are package data (``[tool.setuptools.package-data]`` in ``pyproject.toml``), read through
-:mod:`importlib.resources`, so a notebook finds them from any working folder and from a wheel
+``importlib.resources``, so a notebook finds them from any working folder and from a wheel
 install as well as from the repository. To refresh one, run its command and copy the result
 over ``flashlab/data/<name>``.
 """

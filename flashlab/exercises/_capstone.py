@@ -45,7 +45,7 @@ def tile_loop(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, block
 
     q (Sq, d), k (Sk, d), v (Sk, dv), do (Sq, dv) -> ``(o, lse, dq, dk, dv)``, float64.
     ``mistake=None`` is a correct loop (the exercise's solution); otherwise one of
-    :data:`TILE_LOOP_MISTAKES`.
+    ``TILE_LOOP_MISTAKES``.
     """
     if mistake not in (None, *TILE_LOOP_MISTAKES):
         raise ValueError(f"mistake must be None or one of {TILE_LOOP_MISTAKES}; got {mistake!r}")
@@ -141,7 +141,7 @@ def check_flash_tile_loop(fn: Callable[..., Any]) -> Feedback:
     One head, float64 inputs, scale $1/\sqrt d$, causal top-left (key $j \le i$). The three
     cases: Sq = 7, Sk = 11 (tiles 3 x 4, no mask); Sq = Sk = 10 (tiles 4 x 3, causal); Sq = 9,
     Sk = 6 (tiles 4 x 3, causal, rows past the last key). Judged to float32 precision, whatever
-    the dtype returned. Mistakes it names: :data:`TILE_LOOP_MISTAKES`.
+    the dtype returned. Mistakes it names: ``TILE_LOOP_MISTAKES``.
     """
     ex = "flash tile loop"
     rng = np.random.default_rng(23)

@@ -234,7 +234,7 @@ def grade(exercise: str, fn: Callable[..., Any], *, reference: Callable[..., Any
     Runs the book's checker (its feedback names the usual mistakes) with ``fn`` forbidden to
     use flashlab's own code; then, if ``reference`` and ``seed`` are given, compares ``fn``
     with ``reference`` on ``trials`` inputs drawn by ``INPUTS[exercise]`` from
-    ``numpy.random.default_rng(seed)``. Returns the first failing :class:`Feedback`, else a
+    ``numpy.random.default_rng(seed)``. Returns the first failing :class:`~flashlab.exercises.Feedback`, else a
     passing one. Print it, then ``assert`` it (``bool(feedback)`` is the verdict).
     """
     if exercise not in CHECKERS:

@@ -48,8 +48,12 @@ class Param:
         or why it is assumed
     status
         ``"published"``, ``"derived"`` or ``"assumption"``
-    low, high
-        for an assumption, the range considered (``low <= value <= high``); ``None`` when not given
+    low
+        for an assumption, the low end of the range considered (``low <= value``); ``None``
+        when not given
+    high
+        for an assumption, the high end of the range considered (``value <= high``); ``None``
+        when not given
     """
 
     value: float
