@@ -85,3 +85,8 @@ def test_book_workflow_builds_checks_and_deploys():
     assert deploy["needs"] == "build" and "pull_request" in deploy["if"]
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["steps"][-1]["uses"].startswith("actions/deploy-pages@")
+    # the release the Colab cells pin (v<version>) is tagged after a deploy of main, once
+    tag = flow["jobs"]["release-tag"]
+    assert tag["needs"] == "deploy" and tag["permissions"] == {"contents": "write"}
+    script = tag["steps"][-1]["run"]
+    assert "flashlab/__init__.py" in script and 'tag="v${version}"' in script and "git push origin" in script
