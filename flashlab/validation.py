@@ -3,7 +3,7 @@
 Every public entry point goes through :func:`prepare`, so the same bad input gets the same
 message everywhere: a ``TypeError`` for a wrong type or dtype, a ``ValueError`` for a wrong
 shape or value, each naming the argument and what was expected. The rules for single
-numbers are written once: :func:`as_int` and :func:`as_real`.
+numbers are written once: :func:`~flashlab.arguments.as_int` and :func:`~flashlab.arguments.as_real`.
 
 Arguments that only bound something are clamped to the problem, never rejected for being
 large: a ``window`` side of ``sys.maxsize`` or ``2**70`` is the unbounded side

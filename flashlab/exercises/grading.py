@@ -91,12 +91,12 @@ def _ints(rng: np.random.Generator, n: int, lo: int = 1, hi: int = 4096) -> list
     return [int(x) for x in rng.integers(lo, hi, size=n)]
 
 
-#: exercise name -> a generator of one argument tuple from the instructor's random generator
 def _tiles(rng: np.random.Generator) -> list[int]:
     """block_q, block_k: powers of two from 8 to 128."""
     return [int(x) for x in rng.choice([8, 16, 32, 64, 128], size=2)]
 
 
+#: exercise name -> a generator of one argument tuple from the instructor's random generator
 INPUTS: dict[str, Callable[[np.random.Generator], tuple]] = {
     "forward_read_bytes": lambda r: (*_ints(r, 2, 1, 300), *_ints(r, 2, 1, 256), *_tiles(r), bool(r.integers(0, 2))),
     "shared_bytes": lambda r: (*_tiles(r), *_ints(r, 2, 1, 256)),

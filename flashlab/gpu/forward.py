@@ -13,7 +13,7 @@ threads, **one per query row**. The block
    reads a tile not yet loaded);
 3. each thread folds its row of the score tile into its own online-softmax state
    $m, \ell, \tilde O$ (registers and a per-thread local array), exactly the update of
-   :func:`flashlab.kernels.forward.rescale_rows` and ``online_softmax_update``;
+   :func:`flashlab.kernels.tile.rescale_rows` and ``online_softmax_update``;
 4. writes $O_i = \tilde O / \ell$ and $\mathrm{LSE}_i = m + \log \ell$ once.
 
 Masking is the band test ``i - left <= j <= i + right`` (``causal``: ``right = 0``) on every

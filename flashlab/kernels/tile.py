@@ -11,8 +11,7 @@ One tile, rows ``[i0, i1)`` of query block $Q_i$ against key/value block $K_j, V
 
 $$
 \begin{aligned}
-S &= \text{scale}\,(Q_i K_j^\top + Q^{rope}_i {K^{rope}_j}^\top) + \text{bias}
-     \quad\text{(masked entries} = -\infty)\\
+S &= \text{scale}\,(Q_i K_j^\top + Q^{rope}_i {K^{rope}_j}^\top) + \text{bias} \quad\text{(masked entries} = -\infty)\\
 m' &= \max\big(m, \operatorname{rowmax}(S)\big), \quad \tilde P = e^{S - m'}\\
 \ell' &= e^{m - m'}\,\ell + \operatorname{rowsum}(\tilde P), \quad
 \tilde O' = e^{m - m'}\,\tilde O + \tilde P V_j
