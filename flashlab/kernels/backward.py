@@ -94,9 +94,10 @@ from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
                                       head_operands, mask_at, mask_tile, score_tile,
                                       tile_fully_masked)
+from flashlab.kernels.decode import score_rows_dot
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
-           "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
+           "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
@@ -177,6 +178,23 @@ def zero_one_key_rows(ds, one_key):
 
 
 @njit(cache=CACHE)
+def add_pt_do(p, do_t, dv_blk, alpha, slice_rows):
+    """``dv_blk += alpha * p^T @ do_t``, one gemm per ``slice_rows`` query rows, in row order.
+
+    p (rows, cols) the tile's P (or Z o P); do_t (rows, Dv); dv_blk (cols, Dv). A gemm sums
+    its ``rows`` products per entry in one register before adding them to ``dv_blk``: with
+    the 512-row tile that is a chain of 512 float32 additions. In slices of 64 the chain is
+    64 long plus one addition per slice, the error of a 64-row tile (issue 22: varlen 511 x 1,
+    32/8 heads, D=64: dV error 7.8e-5 in one gemm, 2.5e-5 in slices of 64).
+    """
+    rows = p.shape[0]
+    for r0 in range(0, rows, slice_rows):
+        r1 = min(r0 + slice_rows, rows)
+        # dV_j += alpha P[r0:r1]^T dO[r0:r1]
+        gemm_tn(p[r0:r1], do_t[r0:r1], dv_blk, alpha, 1.0)
+
+
+@njit(cache=CACHE)
 def scale_kept(dp, p_drop, inv_keep):
     """dP <- Z o dP / k: keep ``dp`` where ``p_drop`` (the dropped P, 0 where Z = 0) survived."""
     rows, cols = dp.shape
@@ -202,7 +220,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                           bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
                           scale, left, right, block_q, block_k, drop_threshold, seed, offset,
                           check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
-                          dbias_part, want_dbias, tiles_done, overflow):
+                          dbias_part, want_dbias, tiles_done, overflow, dot_scores, dv_rows):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
@@ -220,7 +238,11 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
-    (B * H * n_qblocks,) int64 as in the forward.
+    (B * H * n_qblocks,) int64 as in the forward. ``dot_scores`` (no RoPE): recompute S with
+    :func:`flashlab.kernels.decode.score_rows_dot`, the decode forward's own score loop,
+    instead of a BLAS gemm; the API sets it when the forward ran the decode kernel, so that
+    $P = e^{S - \\mathrm{LSE}}$ uses the scores the LSE was summed from. ``dv_rows``: the
+    query rows per dV gemm (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -290,7 +312,11 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 s = s_buf[: rows_t * cols].reshape((rows_t, cols))
                 dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
                 # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T) + bias, masked entries -inf
-                score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
+                if dot_scores:
+                    # the decode forward's order (same bits as the scores its LSE summed)
+                    score_rows_dot(qs_t, k_blk, s)
+                else:
+                    score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
                 if check_overflow and not all_finite(s):
                     bad = 1
                 if has_bias or has_alibi:
@@ -310,12 +336,12 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     drop_tile(pd, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
                               drop_threshold)
                     # dV_j += (Z o P / k)^T dO_i
-                    gemm_tn(pd, do_t, dv_acc[tj0:tj1], inv_keep, 1.0)
+                    add_pt_do(pd, do_t, dv_acc[tj0:tj1], inv_keep, dv_rows)
                     # dP <- Z o dP / k
                     scale_kept(dp, pd, inv_keep)
                 else:
-                    # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
-                    gemm_tn(s, do_t, dv_acc[tj0:tj1], 1.0, 1.0)
+                    # dV_j += P^T dO_i            (gemms with beta = 1: accumulated in place)
+                    add_pt_do(s, do_t, dv_acc[tj0:tj1], 1.0, dv_rows)
                 # dS = P * (dP - D_i)   (dp now holds dS)
                 ds_from_dp(s, dp, dsum[r0:r1])
                 # dS = 0 exactly on rows with a single allowed key
