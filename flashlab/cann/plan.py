@@ -96,8 +96,12 @@ def _prefix_list(prefix, n: int, lengths: list[tuple[int, int]], where: str) -> 
     if len(values) != n:
         raise ValueError(f"prefix must have one value per {where} ({n}); got {len(values)}")
     for b, (p, (sq, sk)) in enumerate(zip(values, lengths)):
-        if sq == 0:
-            continue
+        # the device checks every sequence, one with Sq = 0 too (TND: range [Skv, Skv]):
+        # ops-transformer attention/flash_attention_score/op_host/arch32/
+        # flash_attention_score_tiling_general.cpp@bfbbec8 lines 4179-4196
+        # (VarLenGetPrefixNList: "if (actualSeqLenData[i] > actualSeqLenKvData[i])" [0, Skv],
+        # else [Skv - Sq, Skv], OP_LOGE and return false); B, N, S, D: lines 1422-1430
+        # (GetPrefixNList, nMin = max(S2 - S1, 0), one Sq for every batch)
         lo = 0 if sq > sk else sk - sq
         if not lo <= p <= sk:
             raise ValueError(f"prefix[{b}]={p} out of range: with Sq={sq}, Sk={sk} it must lie in "
@@ -202,18 +206,69 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
                 raise ValueError(f"sparse_mode=3 with input_layout TND needs Sq <= Skv in every "
                                  f"sequence (FlashAttentionVarLenScore: \"配置为3时，不支持无效行计算，"
                                  f"需要满足每个batch的Sq<=Skv\"); sequence {s} has Sq={sq}, Skv={sk}")
-    if mode == 7 and with_q:
-        last_sk = lengths[with_q[-1]][1]
+    # the band sequence: firstValidIndex / lastValidIndex, 0 / the last one when no sequence
+    # has queries (lines 1242-1243, their initial values; set_bandIndex lines 1275-1282)
+    band_seq = (with_q[0] if mode == 8 else with_q[-1]) if with_q else \
+        (0 if mode == 8 else len(lengths) - 1)
+    if varlen and mode == 7:
+        last_sq, last_sk = lengths[band_seq]
+        # FlashAttentionVarLenScoreTiling::CheckPretokenAndNexttoken, lines 4061-4068
         if pre < last_sk or nxt > 0:
             raise ValueError(f"sparse_mode=7 needs pre_tokens >= the last sequence's Skv={last_sk} and "
                              f"next_tokens <= 0 (\"pre_tockens >= last_Skv\", \"next_tockens <= 0\"); "
                              f"got {pre}, {nxt}")
-    if mode == 8 and with_q:
-        first_sk = lengths[with_q[0]][1]
+        for s, (sq, sk) in enumerate(lengths):
+            if sq == 0 or sk == 0:
+                continue                # lines 4070-4072
+            if sq > sk:
+                # lines 4074-4078: "s1[%ld] is larger than s2[%ld]"
+                raise ValueError(f"sparse_mode=7 needs Sq <= Skv in every sequence with queries and "
+                                 f"keys (device tiling: \"Batch[{s}] s1[{sq}] is larger than "
+                                 f"s2[{sk}]\"); sequence {s} has Sq={sq}, Skv={sk}")
+            if s == band_seq and sq - nxt > sk:
+                # lines 4079-4083: "has invalid row"
+                raise ValueError(f"sparse_mode=7: the last sequence needs Sq - next_tokens <= Skv "
+                                 f"(device tiling: \"Batch[{s}], s1[{sq}], s2[{sk}], next_tokens"
+                                 f"[{nxt}], has invalid row\")")
+    if varlen and mode == 8:
+        first_sq, first_sk = lengths[band_seq]
+        # lines 4087-4091 (checked before pre_tokens, over the band sequence only)
+        if first_sq - nxt > first_sk:
+            raise ValueError(f"sparse_mode=8: the first sequence with queries needs Sq - next_tokens "
+                             f"<= Skv (device tiling: \"Batch[{band_seq}], s1[{first_sq}], "
+                             f"s2[{first_sk}], next_tokens[{nxt}], has invalid row\")")
+        # lines 4092-4097
         if pre < first_sk:
             raise ValueError(f"sparse_mode=8 needs pre_tokens >= the first sequence's Skv={first_sk} "
                              f"(\"pre_tockens >= first_Skv\", the first sequence with queries); "
                              f"got {pre}")
+    if varlen and mode == 4:
+        # lines 4035-4052 (BAND in the varlen tiling)
+        if pre < 0:
+            raise ValueError(f"sparse_mode=4 with input_layout TND needs pre_tokens >= 0 (device "
+                             f"tiling: \"pre_tokens[{pre}] config error, has invalid data block\")")
+        for s, (sq, sk) in enumerate(lengths):
+            if sq and sk and sq - nxt > sk:
+                raise ValueError(f"sparse_mode=4 with input_layout TND needs Sq - next_tokens <= Skv "
+                                 f"in every sequence with queries and keys (device tiling: "
+                                 f"\"Batch[{s}], s1[{sq}], s2[{sk}], next_tokens[{nxt}], has invalid "
+                                 f"row\")")
+    if varlen and mode == 0 and not (pre >= max_q and (nxt == 0 or nxt >= max_k)):
+        # GetSparseInfo lines 4224-4250 (4235: NO_MASK) and SparseNoMaskModeCheck lines
+        # 4103-4146: with the mask given and neither causal (pre >= maxSq, next = 0) nor full
+        if nxt < 0:
+            raise ValueError(f"sparse_mode=0 with input_layout TND needs next_tokens >= 0 (device "
+                             f"tiling: \"nextTokens[{nxt}] config error, there is no valid data "
+                             f"block\")")
+        for s, (sq, sk) in enumerate(lengths):
+            if sq and sk and sk + pre < sq:
+                raise ValueError(f"sparse_mode=0 with input_layout TND needs Skv + pre_tokens >= Sq "
+                                 f"in every sequence with queries and keys (device tiling: "
+                                 f"\"Batch[{s}] s1[{sq}] s2[{sk}] has invalid row\")")
+        if pre < 0 and nxt < -pre:
+            raise ValueError(f"sparse_mode=0 with input_layout TND and pre_tokens < 0 needs "
+                             f"next_tokens >= |pre_tokens| (device tiling, lines 4131-4143); got "
+                             f"{pre}, {nxt}")
 
     pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
     if not varlen and mode <= 4:
