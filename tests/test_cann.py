@@ -9,6 +9,8 @@ on (B, H, S, D) data under conftest's tolerance rule; gradients with the analyti
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -663,3 +665,19 @@ def test_tnd_device_ranges_accept_their_edges():
                dict(sparse_mode=8, atten_mask=TRI, pre_tokens=7, next_tokens=-2, **LENS)):
         out = cann.flash_attention_score(*OK_TND, scale=SCALE, **kw)[0]
         assert out.shape == (sum(Q_LENS), N1, DV) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("prefix, text", [(None, "null pointer"), ([8], "same size as bSize[2]"),
+                                          ([8, 3], "prefixN=3 is invalid, should be in range of [4, 16]")])
+def test_mode5_bad_prefix_warns_and_uses_the_full_mask(prefix, text):
+    """Issue 22.6: for sparse_mode 5 (B, N, S, D) the device's GetPrefixNList only warns on a
+    missing, mis-sized or out-of-range prefix and falls back to the full atten_mask (sparse
+    type ALL); sparse_mode 6 refuses the same prefix (the ERRORS cases prefix-*)."""
+    rng = np.random.default_rng(5)
+    mask = rng.random((B, 1, 12, 16)) < 0.3
+    mask[..., 0] = False                       # no row fully masked
+    with pytest.warns(UserWarning, match=re.escape(text)):
+        out = cann.flash_attention_score(q4, k4, v4, N1, "BNSD", scale=SCALE, sparse_mode=5,
+                                         atten_mask=mask, prefix=prefix)[0]
+    ref = flashlab.attention_reference(q4, k4, v4, scale=SCALE, mask=mask)[0]
+    assert max_abs_err(out, ref) < 1e-5

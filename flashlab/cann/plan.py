@@ -7,6 +7,7 @@ its grad and :func:`sparse_mode_mask` all run through: what is drawn is what is 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,6 +110,28 @@ def _prefix_list(prefix, n: int, lengths: list[tuple[int, int]], where: str) -> 
     return values
 
 
+def _prefix_fallback(prefix, batch: int, sq: int, sk: int) -> str | None:
+    """Why the device's GetPrefixNList would give up on ``prefix`` (B, N, S, D layouts), or None.
+
+    ops-transformer attention/flash_attention_score/op_host/arch32/
+    flash_attention_score_tiling_general.cpp@bfbbec8 lines 1391-1438: a missing prefix, one of
+    another length than B, or a value outside [max(Sk - Sq, 0), Sk] is an ``OP_LOGW`` and
+    ``return SparseEnum::ALL``; lines 784-790 make that an error for sparse_mode 6 only, so
+    sparse_mode 5 then runs on its full atten_mask alone.
+    """
+    if prefix is None:
+        return "prefixN is null pointer while sparse mode is prefix"
+    values = int64_list("prefix", prefix)
+    if len(values) != batch:
+        return (f"prefixN is invalid, it should be the same size as bSize[{batch}], but it is "
+                f"{len(values)}")
+    lo = max(sk - sq, 0)
+    for b, p in enumerate(values):
+        if not lo <= p <= sk:
+            return f"batch[{b}] prefixN={p} is invalid, should be in range of [{lo}, {sk}]"
+    return None
+
+
 def _check_mode0_range(pre: int, nxt: int, lengths: list[tuple[int, int]]) -> None:
     """sparse_mode 0's documented ranges for negative offsets (*sparse_mode参数说明*)."""
     for sq, sk in lengths:
@@ -182,6 +205,14 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     else:
         _check_compressed(mask, mode)
 
+    if mode == 5 and not varlen:
+        why = _prefix_fallback(prefix, dims.B, dims.Sq, dims.Sk)
+        if why is not None:
+            # the device warns and computes every block with the full atten_mask as given
+            # (sparse type ALL; pre/next reset to INT32_MAX, lines 645-655)
+            warnings.warn(f"sparse_mode=5: {why}; the device warns and falls back to the full "
+                          f"atten_mask without the prefix rule (GetPrefixNList)", stacklevel=3)
+            return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, full)]
     if mode in (5, 6):
         where = "sequence (len(actual_seq_qlen))" if varlen else "batch (B)"
         prefixes = _prefix_list(prefix, len(lengths), lengths, where)

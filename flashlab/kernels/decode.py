@@ -39,14 +39,10 @@ a chunk, chunks in order in the merge): the same bits for any ``NUMBA_NUM_THREAD
 
 **Same tiles, same masks.** The chunks split the kv-block range the band allows
 (:func:`flashlab.masks.kv_block_range`) on ``block_k`` boundaries, and each tile goes
-through the forward's helpers (:func:`~flashlab.kernels.forward.add_bias_tile`, :func:`~flashlab.kernels.forward.mask_tile`,
+through the forward's helpers (:func:`~flashlab.kernels.forward.score_tile`,
+:func:`~flashlab.kernels.forward.add_bias_tile`, :func:`~flashlab.kernels.forward.mask_tile`,
 :func:`~flashlab.kernels.forward.rescale_rows`, :func:`~flashlab.kernels.forward.drop_tile`),
 so masks, bias, ALiBi, dropout counters and the tiles counted per head are the forward's.
-
-**Same scores as the backward.** The scores are not a BLAS gemm but :func:`score_rows_dot`,
-one fixed summation order per score, and the backward recomputes them with the same function
-for these shapes (:func:`flashlab.api.decode_scores`): $P = e^{S - \mathrm{LSE}}$ is computed
-from the very scores the LSE was summed from, so a row with one allowed key gets $P = 1$.
 """
 from __future__ import annotations
 
@@ -61,9 +57,9 @@ from flashlab.dropout import inv_keep_probability
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class
 from flashlab.kernels.blas import gemm_nn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, head_operands,
-                                      mask_tile, rescale_rows, tile_fully_masked)
+                                      mask_tile, rescale_rows, score_tile, tile_fully_masked)
 
-__all__ = ["score_rows_dot", "pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
+__all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
            "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
 
 #: The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (and the query
@@ -87,58 +83,16 @@ DECODE_MIN_CHUNK_BLOCKS = 4
 #: (:func:`pv_few_rows`) instead of a BLAS gemm call. A gemm with 4 rows first copies
 #: ("packs") the whole V tile, then multiplies; the loop reads each V row once. Measured at
 #: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over numpy's one-thread read of K and V, two
-#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` are
-#: :func:`score_rows_dot` (float64 sums in a fixed order) since issue 22: with a BLAS gemm here
-#: and another shape of gemm in the backward the two rounded a score differently (up to
-#: 2.4e-7), so a row with one allowed key had P != 1. History: a float32 loop was twice as fast (one kv head, 64 MB of K, one thread: BLAS 7.9 ms,
+#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay with
+#: BLAS. A loop for them was twice as fast (one kv head, 64 MB of K, one thread: BLAS 7.9 ms,
 #: a float32 dot product summed in SIMD lanes 4.2 ms), and its error against float64 scores
 #: at logits ~100 is about BLAS's (2.0e-5 against 1.8e-5), but it is not the same rounding as
 #: the BLAS gemm the backward recomputes the scores with: with it, 4 float32 cases of
 #: tests/test_backward.py::test_dtypes_and_large_logits (Sq=7, logits 50-100) and one of the
-#: forward's (LSE error 1.06e-5 against a tolerance of 1.04e-5) failed; the backward now
-#: recomputes with the forward's loop. A float64 loop is no faster than BLAS (8.2 ms). Reproducing BLAS's order exactly (16 lanes over d, then pairwise
+#: forward's (LSE error 1.06e-5 against a tolerance of 1.04e-5) failed. A float64 loop is no
+#: faster than BLAS (8.2 ms). Reproducing BLAS's order exactly (16 lanes over d, then pairwise
 #: sums) matched its bits for 128-key tiles but not for 1000, and ran at 22.7 ms.
 GEMV_MAX_ROWS = 16
-
-
-@njit(cache=CACHE)
-def score_rows_dot(qs_blk, k_blk, s):
-    """``s = qs_blk @ k_blk.T`` with every score summed in one fixed order, in float64.
-
-    qs_blk (rows, Dqk) the query rows already multiplied by ``scale``; k_blk (cols, Dqk);
-    s (rows, cols). Each score is its own dot product: eight float64 partial sums over
-    ``d = 8t + u``, combined as ``((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7))``, plus the tail,
-    then rounded once to the dtype of ``s``. No fastmath: LLVM may put the eight sums in one
-    vector register but never reorders them, so a score has the same bits whatever the tile
-    shape, the machine or the BLAS. The decode forward and the backward of a decode-shaped
-    problem (:func:`flashlab.kernels.backward.flash_backward_kernel` with ``dot_scores``) both
-    use it, so the backward's $P = e^{S - \\mathrm{LSE}}$ is computed from the very scores the
-    forward's LSE was summed from: a row with one allowed key gets $P = 1$ exactly
-    (a BLAS gemm of another shape may round a score differently: up to 2.4e-7 apart, issue 22).
-    """
-    rows, dqk = qs_blk.shape
-    cols = k_blk.shape[0]
-    d8 = dqk - dqk % 8
-    for r in range(rows):
-        q = qs_blk[r]
-        for c in range(cols):
-            kc = k_blk[c]
-            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-            for d in range(0, d8, 8):
-                # a_u += q_d k_d  for d = 8t + u  (float64 products of float32 inputs are exact)
-                a0 += np.float64(q[d]) * np.float64(kc[d])
-                a1 += np.float64(q[d + 1]) * np.float64(kc[d + 1])
-                a2 += np.float64(q[d + 2]) * np.float64(kc[d + 2])
-                a3 += np.float64(q[d + 3]) * np.float64(kc[d + 3])
-                a4 += np.float64(q[d + 4]) * np.float64(kc[d + 4])
-                a5 += np.float64(q[d + 5]) * np.float64(kc[d + 5])
-                a6 += np.float64(q[d + 6]) * np.float64(kc[d + 6])
-                a7 += np.float64(q[d + 7]) * np.float64(kc[d + 7])
-            tail = 0.0
-            for d in range(d8, dqk):
-                tail += np.float64(q[d]) * np.float64(kc[d])
-            # S_rc = sum_d q_rd k_cd
-            s[r, c] = (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))) + tail
 
 
 @njit(cache=CACHE, fastmath={"contract"})
@@ -228,9 +182,8 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
             if cls == EMPTY:
                 continue
             s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
-            # S = (scale Q_group) K_j^T   (one fixed summation order, as the backward
-            # recomputes it for a decode-shaped problem: the same bits, see score_rows_dot)
-            score_rows_dot(qs, k[b, hk, j0:j1], s)
+            # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it)
+            score_tile(qs, k[b, hk, j0:j1], qs, qs, False, s)
             # a NaN or inf in K_j makes scores NaN/inf (inf * 0 = NaN): flagged here, checked
             # by the caller against K itself. One pass over the group's tile; each head's rows
             # are looked at again (for the overflow flag) only when it found something
