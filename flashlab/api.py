@@ -26,7 +26,7 @@ from flashlab.validation import (Problem, as_bool, check_output_like, contiguous
                                  scan_kv, scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "uses_decode", "decode_scores",
+           "forward_with_stats", "backward_with_tiles", "uses_decode",
            "FORWARD_BLOCK", "BACKWARD_BLOCK"]
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
@@ -135,20 +135,6 @@ def uses_decode(p: Problem) -> bool:
     and read each kv head's K and V once per query head of its group.
     """
     return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
-
-
-def decode_scores(p: Problem) -> bool:
-    """Whether the backward of ``p`` recomputes its scores with the decode forward's loop.
-
-    Yes for the shapes the forward sends to the decode kernel with its default tile
-    (``Sq <= DECODE_MAX_SQ``, no RoPE; :func:`uses_decode`, whose ``block_q >= Sq`` holds for
-    any default tile): the backward's $P = e^{S - \\mathrm{LSE}}$ then uses the scores the
-    forward's LSE was summed from, bit for bit
-    (:func:`flashlab.kernels.decode.score_rows_dot`). A forward run with a ``block_q`` smaller
-    than ``Sq <= 16`` takes the tiled path, and its LSE then differs from these scores by
-    the BLAS rounding (~1e-7), as for any other shape.
-    """
-    return p.q.shape[2] <= DECODE_MAX_SQ and p.q_rope is None
 
 
 def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max
@@ -366,7 +352,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
                           p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
                           scores_may_overflow(p, ct), n_split, dq, dk_part, dv_part, dq_rope,
                           dkr_part, dbias_part, want_dbias, tiles, overflow,
-                          decode_scores(p), DV_SLICE_ROWS)
+                          DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
     # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
     for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),

@@ -603,3 +603,19 @@ def test_dv_over_single_key_rows_within_2x_torch():
         o.backward(torch.tensor(do.transpose(1, 0, 2)[None]))
         errs.append(np.abs(tv.grad[0].numpy().transpose(1, 0, 2) - dv64).max())
     assert np.abs(dv - dv64).max() <= 2 * min(errs)
+
+
+def test_one_key_rows_get_p_one_whatever_the_forwards_tiles():
+    """Each row sees only its own key (window (0, 0)), the forward tiled 7 x 9 and the backward
+    512 x 256: P = 1 exactly on the key (backward.one_key_probs), so dV = the group's sum of
+    dO bit for bit and dQ = dK = 0 (issue 22.7)."""
+    rng = np.random.default_rng(11)
+    B, H, Hkv, S, D = 1, 4, 2, 100, 16
+    q = rng.standard_normal((B, H, S, D)).astype(np.float32)
+    k = rng.standard_normal((B, Hkv, S, D)).astype(np.float32) * 4
+    v = rng.standard_normal((B, Hkv, S, D)).astype(np.float32)
+    do = rng.standard_normal((B, H, S, D)).astype(np.float32)
+    o, lse = flashlab.flash_attention(q, k, v, window=(0, 0), block_q=7, block_k=9)
+    dq, dk, dv = flashlab.flash_attention_backward(do, q, k, v, o, lse, window=(0, 0))
+    assert np.array_equal(dv, do.reshape(B, Hkv, H // Hkv, S, D).sum(axis=2, dtype=np.float32))
+    assert not dq.any() and not dk.any()

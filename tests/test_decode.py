@@ -228,7 +228,7 @@ def test_deterministic_across_thread_counts(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 22.7: the decode forward's LSE and the backward's recomputed scores are the same bits
+# issue 22.7: a row with one allowed key gets P = 1 exactly in the backward of the decode path
 # ---------------------------------------------------------------------------------------------
 
 def _one_key_grads(B, H, Hkv, Sq, Sk, D, dtype, **opts):
@@ -245,14 +245,14 @@ def _one_key_grads(B, H, Hkv, Sq, Sk, D, dtype, **opts):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_decode_lse_is_the_backwards_scores(dtype):
     """Sq=1, Sk=239, causal (top-left: the row sees key 0 only; torch SDPA's case in the issue):
-    the forward ran the decode kernel, its LSE is the score of the one allowed key, so the
-    backward's P = e^{S - LSE} is exactly 1: dV[key 0] = sum over the group's heads of dO and
-    O = V[key 0], bit for bit. Before, the LSE came from a 1 x 128 BLAS gemm and the backward's
-    score from a 1 x 1 one: P = 1 - 2.4e-7 and a dV error of 1.7e-6 in float32."""
+    the forward ran the decode kernel; the backward's P on the one allowed key is exactly 1:
+    dV[key 0] = sum over the group's heads of dO and O = V[key 0], bit for bit. Before, the LSE
+    came from the decode's stacked-rows BLAS gemm and the backward's score from a 1 x 1 one:
+    P = 1 - 2.4e-7 and a dV error of 1.7e-6 in float32."""
     B, H, Hkv, Sq, Sk, D = 2, 4, 2, 1, 239, 64
     q, k, v, do, o, lse, (dq, dk, dv) = _one_key_grads(B, H, Hkv, Sq, Sk, D, dtype, causal=True)
     p = prepare(q, k, v, causal=True)
-    assert api.uses_decode(p) and api.decode_scores(p)
+    assert api.uses_decode(p)
     # O = P V = V[key 0] exactly (P = 1 / 1)
     assert np.array_equal(o, np.repeat(v[:, :, :1], H // Hkv, axis=1))
     # LSE = the score of key 0 (l = e^0 = 1, log 1 = 0)

@@ -94,9 +94,8 @@ from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_shifted,
                                       head_operands, mask_at, mask_tile, score_tile,
                                       tile_fully_masked)
-from flashlab.kernels.decode import score_rows_dot
 
-__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
+__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs", "zero_one_key_rows",
            "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
 
 @njit(cache=CACHE)
@@ -164,6 +163,25 @@ def one_allowed_key(i, sk, left, right, mask2d, has_mask, bias2d, has_bias):
 
 
 @njit(cache=CACHE)
+def one_key_probs(p, one_key):
+    """P = 1 exactly on the allowed key of the rows with one allowed key (``one_key`` (rows,)).
+
+    Such a row's softmax is 1 on its key whatever its score, and the forward's O is exactly
+    that key's value row. Recomputed, $e^{S - \\mathrm{LSE}}$ is 1 only when the backward's
+    score has the bits of the one the forward's LSE was taken from; a gemm of another shape
+    (the decode kernel stacks a kv group's rows, the backward takes one head's band box) may
+    round it differently: up to 2.4e-7 apart (issue 22: Sq=1, Sk=239 causal, dV error 1.7e-6).
+    The allowed entry is the row's only non-zero P (masked entries are $e^{-\\infty} = 0$).
+    """
+    for r in range(p.shape[0]):
+        if one_key[r]:
+            for c in range(p.shape[1]):
+                if p[r, c] != 0.0:
+                    # P_ij = 1: the softmax of a single key
+                    p[r, c] = 1.0
+
+
+@njit(cache=CACHE)
 def zero_one_key_rows(ds, one_key):
     """dS = 0 on the rows with one allowed key (``one_key`` (rows,) bool).
 
@@ -220,7 +238,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                           bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
                           scale, left, right, block_q, block_k, drop_threshold, seed, offset,
                           check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
-                          dbias_part, want_dbias, tiles_done, overflow, dot_scores, dv_rows):
+                          dbias_part, want_dbias, tiles_done, overflow, dv_rows):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
@@ -238,11 +256,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
-    (B * H * n_qblocks,) int64 as in the forward. ``dot_scores`` (no RoPE): recompute S with
-    :func:`flashlab.kernels.decode.score_rows_dot`, the decode forward's own score loop,
-    instead of a BLAS gemm; the API sets it when the forward ran the decode kernel, so that
-    $P = e^{S - \\mathrm{LSE}}$ uses the scores the LSE was summed from. ``dv_rows``: the
-    query rows per dV gemm (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
+    (B * H * n_qblocks,) int64 as in the forward. ``dv_rows``: the query rows per dV gemm (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -312,11 +326,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 s = s_buf[: rows_t * cols].reshape((rows_t, cols))
                 dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
                 # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T) + bias, masked entries -inf
-                if dot_scores:
-                    # the decode forward's order (same bits as the scores its LSE summed)
-                    score_rows_dot(qs_t, k_blk, s)
-                else:
-                    score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
+                score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
                 if check_overflow and not all_finite(s):
                     bad = 1
                 if has_bias or has_alibi:
@@ -327,6 +337,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
                 # P = exp(S - LSE_i)   (s now holds P)
                 probs_from_lse(s, lse_blk[r0:r1])
+                # P = 1 exactly on the key of a row with one allowed key
+                one_key_probs(s, one_key[r0:r1])
                 # dP = dO_i V_j^T
                 gemm_nt(do_t, v_blk, dp, 1.0, 0.0)
                 if dropout:
