@@ -26,8 +26,8 @@ from flashlab.validation import (Problem, as_bool, check_output_like, contiguous
                                  scan_kv, scores_may_overflow)
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "uses_decode",
-           "FORWARD_BLOCK", "BACKWARD_BLOCK"]
+           "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
+           "BACKWARD_BLOCK"]
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
@@ -351,8 +351,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
                           *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
                           p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
                           scores_may_overflow(p, ct), n_split, dq, dk_part, dv_part, dq_rope,
-                          dkr_part, dbias_part, want_dbias, tiles, overflow,
-                          DV_SLICE_ROWS)
+                          dkr_part, dbias_part, want_dbias, tiles, overflow, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
     # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
     for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),

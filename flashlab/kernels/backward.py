@@ -95,8 +95,9 @@ from flashlab.kernels.forward import (add_bias_tile, all_finite, drop_tile, exp_
                                       head_operands, mask_at, mask_tile, score_tile,
                                       tile_fully_masked)
 
-__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs", "zero_one_key_rows",
-           "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
+__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
+           "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
+           "sum_partials"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
@@ -256,7 +257,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
-    (B * H * n_qblocks,) int64 as in the forward. ``dv_rows``: the query rows per dV gemm (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
+    (B * H * n_qblocks,) int64 as in the forward. ``dv_rows``: the query rows per dV gemm
+    (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
