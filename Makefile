@@ -25,7 +25,8 @@ help:
 	@echo "make bench  benchmark flashlab against numpy naive and torch SDPA (installs"
 	@echo "            requirements-bench.txt; N up to 16384: about an hour, ~11 GB free memory)"
 	@echo "make bench-quick  its subset (N 1024, 2048; memory at 1024), < 2 minutes, results"
-	@echo "            in bench-results/quick/"
+	@echo "            in bench-results/quick/; both end with the per-call overhead rows"
+	@echo "            (small shapes, first call; overhead.json) when torch is installed"
 	@echo "make clean  remove builds and caches (.venv is kept; rm -rf .venv to start over)"
 
 # .venv is created if missing and re-synced whenever requirements.txt or pyproject.toml change
@@ -99,7 +100,8 @@ pytest: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
 
-# results in bench-results/bench.json and bench.md, the BLAS ceiling in bench-results/ceiling.json
+# results in bench-results/bench.json and bench.md (ending with the per-call overhead rows of
+# flashlab.bench.overhead, also in overhead.json), the BLAS ceiling in bench-results/ceiling.json
 # (bench-quick: bench-results/quick/); torch (requirements-bench.txt) is optional for the
 # package and installed here only.
 # Options: $(BIN)/python -m flashlab.bench --help

@@ -22,7 +22,7 @@ from flashlab.kernels.backward import flash_backward_kernel, sum_partials
 from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
-from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK, cdiv, q_splits
+from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
 from flashlab.validation import Problem, check_output_like, contiguous, prepare, scan_kv, scores_may_overflow
 
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
@@ -354,7 +354,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
                           *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
                           p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
                           scores_may_overflow(p, ct), n_split, dq, dk_part, dv_part, dq_rope,
-                          dkr_part, dbias_part, want_dbias, tiles, overflow)
+                          dkr_part, dbias_part, want_dbias, tiles, overflow, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
     # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
     for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),

@@ -9,7 +9,8 @@ benchmark all import the same numbers without importing each other.
 """
 from __future__ import annotations
 
-__all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "MIN_WORK_ITEMS", "q_splits", "cdiv"]
+__all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "DV_SLICE_ROWS", "MIN_WORK_ITEMS", "q_splits",
+           "cdiv"]
 
 #: The forward's default tile sizes ``(block_q, block_k)``. Chosen by measurement on a 2-core
 #: machine (B=1, H=8, fp32, speed relative to torch SDPA timed in turn in the same run).
@@ -34,6 +35,14 @@ FORWARD_BLOCK: tuple[int, int] = (512, 256)
 #: The S and dP tiles (512 KiB each) do not fit a core's 1 MiB L2 with the rest, and the
 #: tile is still faster.
 BACKWARD_BLOCK: tuple[int, int] = (512, 256)
+
+#: The backward adds each tile's ``P^T dO`` into dV in gemms of this many query rows
+#: (:func:`flashlab.kernels.backward.add_pt_do`): one gemm over the 512 rows of a tile sums
+#: 512 float32 products in one chain per entry. Issue 22, varlen 511 x 1 (Sq=511, Sk=1, 32
+#: query / 8 kv heads, D=64), max dV error against float64: 7.8e-5 in one gemm (torch's
+#: float32 SDPA: 7.8e-5 with repeat_interleave'd K/V, 1.9e-4 with ``enable_gqa``), 2.5e-5 in
+#: slices of 64.
+DV_SLICE_ROWS = 64
 
 #: :func:`q_splits` splits the query blocks of each head until there are at least this many
 #: parallel work items (a constant, never the thread count: the bits must not depend on it).

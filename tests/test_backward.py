@@ -557,3 +557,82 @@ def test_property_random_problems(problem):
     check_backward's rule; rows with no allowed key give dq = 0 (checked there)."""
     inputs, opts = problem
     check_backward(inputs, **opts)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 22.7: float32 dV over many single-key rows (varlen 511 x 1, GQA)
+# ---------------------------------------------------------------------------------------------
+
+def _varlen_511x1(dtype=np.float32):
+    """flash_attn varlen with one sequence of 511 queries and 1 key, 32 query / 8 kv heads,
+    D=64: every row has P = 1 on the key, so dV[key] sums 511 x 4 rows of dO."""
+    rng = np.random.default_rng(0)
+    Tq, Tk, H, Hkv, D = 511, 1, 32, 8, 64
+    q = rng.standard_normal((Tq, H, D)).astype(dtype)
+    k = rng.standard_normal((Tk, Hkv, D)).astype(dtype)
+    v = rng.standard_normal((Tk, Hkv, D)).astype(dtype)
+    do = rng.standard_normal((Tq, H, D)).astype(dtype)
+    cu_q, cu_k = np.array([0, Tq], np.int32), np.array([0, Tk], np.int32)
+    return q, k, v, do, cu_q, cu_k
+
+
+def _dv64(q, k, v, do):
+    # float64 truth, (1, H, S, D) layout
+    ref = flashlab.reference.attention_reference_backward(
+        *(x.astype(np.float64).transpose(1, 0, 2)[None] for x in (do, q, k, v)))
+    return ref[2][0].transpose(1, 0, 2)
+
+
+def test_dv_over_single_key_rows_is_summed_in_short_chains():
+    """dV is added in gemms of DV_SLICE_ROWS query rows whatever the tile: the default
+    512 x 256 tile gives the 64 x 64 tile's bits (before: 7.8e-5 against 2.5e-5), and the
+    float32 error stays at the level of a 64-long chain."""
+    from flashlab.compat import flash_attn_varlen_func, flash_attn_varlen_func_backward
+    q, k, v, do, cu_q, cu_k = _varlen_511x1()
+    out, lse = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 511, 1, return_lse=True)
+    _, _, dv = flash_attn_varlen_func_backward(do, q, k, v, out, lse, cu_q, cu_k, 511, 1)
+    q4, k4, v4, do4 = (x.transpose(1, 0, 2)[None] for x in (q, k, v, do))
+    o4, lse4 = flashlab.flash_attention(q4, k4, v4)
+    _, _, dv_small = flashlab.flash_attention_backward(do4, q4, k4, v4, o4, lse4, block_q=64,
+                                                       block_k=64)
+    assert np.array_equal(dv, dv_small[0].transpose(1, 0, 2))
+    # 2044 terms of |dO| ~ 1 per entry: a 512-long float32 chain gave 7.8e-5
+    assert np.abs(dv - _dv64(q, k, v, do)).max() < 4e-5
+
+
+def test_dv_over_single_key_rows_within_2x_torch():
+    """Issue 22.7: float32 dV within 2x torch's float32 SDPA error on varlen 511 x 1, GQA
+    (torch's dV of the same K/V repeated per query head, and with enable_gqa)."""
+    torch = pytest.importorskip("torch", reason="the baseline is torch's float32 SDPA")
+    from flashlab.compat import flash_attn_varlen_func, flash_attn_varlen_func_backward
+    q, k, v, do, cu_q, cu_k = _varlen_511x1()
+    out, lse = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 511, 1, return_lse=True)
+    _, _, dv = flash_attn_varlen_func_backward(do, q, k, v, out, lse, cu_q, cu_k, 511, 1)
+    dv64 = _dv64(q, k, v, do)
+    group = q.shape[1] // k.shape[1]
+    errs = []
+    for gqa in (False, True):
+        tq, tk, tv = (torch.tensor(x.transpose(1, 0, 2)[None], requires_grad=True)
+                      for x in (q, k, v))
+        kk, vv = (tk, tv) if gqa else (tk.repeat_interleave(group, 1),
+                                       tv.repeat_interleave(group, 1))
+        o = torch.nn.functional.scaled_dot_product_attention(tq, kk, vv, enable_gqa=gqa)
+        o.backward(torch.tensor(do.transpose(1, 0, 2)[None]))
+        errs.append(np.abs(tv.grad[0].numpy().transpose(1, 0, 2) - dv64).max())
+    assert np.abs(dv - dv64).max() <= 2 * min(errs)
+
+
+def test_one_key_rows_get_p_one_whatever_the_forwards_tiles():
+    """Each row sees only its own key (window (0, 0)), the forward tiled 7 x 9 and the backward
+    512 x 256: P = 1 exactly on the key (backward.one_key_probs), so dV = the group's sum of
+    dO bit for bit and dQ = dK = 0 (issue 22.7)."""
+    rng = np.random.default_rng(11)
+    B, H, Hkv, S, D = 1, 4, 2, 100, 16
+    q = rng.standard_normal((B, H, S, D)).astype(np.float32)
+    k = rng.standard_normal((B, Hkv, S, D)).astype(np.float32) * 4
+    v = rng.standard_normal((B, Hkv, S, D)).astype(np.float32)
+    do = rng.standard_normal((B, H, S, D)).astype(np.float32)
+    o, lse = flashlab.flash_attention(q, k, v, window=(0, 0), block_q=7, block_k=9)
+    dq, dk, dv = flashlab.flash_attention_backward(do, q, k, v, o, lse, window=(0, 0))
+    assert np.array_equal(dv, do.reshape(B, Hkv, H // Hkv, S, D).sum(axis=2, dtype=np.float32))
+    assert not dq.any() and not dk.any()

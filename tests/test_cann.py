@@ -9,6 +9,8 @@ on (B, H, S, D) data under conftest's tolerance rule; gradients with the analyti
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import assert_close_to_reference, make_qkv, max_abs_err, random_mask
@@ -231,11 +233,11 @@ def tnd_data(seed: int = 0, dtype=np.float32):
     return q, k, v
 
 
-def sequence_rules(mode: int, pre: int, nxt: int, prefix, user_mask):
+def sequence_rules(mode: int, pre: int, nxt: int, prefix, user_mask, q_lens=Q_LENS):
     """Expected allowed (sq, sk) per sequence, the varlen modes mapped as the docs say."""
-    nonempty = [s for s, n in enumerate(Q_LENS) if n]
+    nonempty = [s for s, n in enumerate(q_lens) if n]
     out = []
-    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+    for s, (sq, sk) in enumerate(zip(q_lens, K_LENS)):
         m = mode
         if mode == 7:   # split after rightDownCausal: the last non-empty sequence is a band
             m = 4 if s == nonempty[-1] else 3
@@ -252,30 +254,40 @@ TND_CASES = {
     0: dict(pre=INF, nxt=INF),
     1: dict(pre=0, nxt=0),
     2: dict(pre=INF, nxt=INF),
-    4: dict(pre=6, nxt=2),
+    # the device refuses Sq - next_tokens > Skv in any sequence (sequence 2: 17 - 6 = 11)
+    4: dict(pre=6, nxt=6),
     6: dict(pre=INF, nxt=INF),
-    7: dict(pre=12, nxt=-3),   # last sequence: Skv = 12
+    # last sequence: Skv = 12; mode 7 needs Sq <= Skv in every sequence (the device tiling
+    # refuses Q_LENS' 17 > 11): the same token counts, other query lengths
+    7: dict(pre=12, nxt=-3, q_lens=[5, 0, 11, 18, 9]),   # last: 9 + 3 <= Skv = 12
     8: dict(pre=8, nxt=1),     # first non-empty sequence: Skv = 7
 }
+
+
+def case_lens(mode: int) -> list[int]:
+    """The query lengths of a TND_CASES mode (Q_LENS unless it names its own)."""
+    return TND_CASES[mode].get("q_lens", Q_LENS)
 
 
 def tnd_case(mode: int):
     """(operator kwargs, expected allowed (sq, sk) per sequence) of one TND_CASES mode."""
     pre, nxt = TND_CASES[mode]["pre"], TND_CASES[mode]["nxt"]
+    q_lens = case_lens(mode)
     kw = dict(pre_tokens=pre, next_tokens=nxt)
     user_mask, prefix = None, None
     if mode in (0, 1):
-        user_mask = random_mask((max(Q_LENS), max(K_LENS)), seed=mode, p_masked=0.3, full_rows=0)
+        user_mask = random_mask((max(q_lens), max(K_LENS)), seed=mode, p_masked=0.3, full_rows=0)
         kw["atten_mask"] = user_mask
     elif mode == 6:
-        # past the causal band where it fits (sk - sq + 4), else a short one (Sq > Sk: [0, Sk])
-        prefix = [sk - sq + 4 if sq <= sk else 2 for sq, sk in zip(Q_LENS, K_LENS)]
+        # past the causal band where it fits (sk - sq + 4, at most Sk: a sequence without
+        # queries must have prefix = Skv on the device), else a short one (Sq > Sk: [0, Sk])
+        prefix = [min(sk, sk - sq + 4) if sq <= sk else 2 for sq, sk in zip(q_lens, K_LENS)]
         kw.update(atten_mask=tri6(), prefix=prefix)
     else:
         kw["atten_mask"] = TRI
-    kw.update(sparse_mode=mode, actual_seq_qlen=np.cumsum(Q_LENS).tolist(),
+    kw.update(sparse_mode=mode, actual_seq_qlen=np.cumsum(q_lens).tolist(),
               actual_seq_kvlen=np.cumsum(K_LENS).tolist())
-    return kw, sequence_rules(mode, pre, nxt, prefix, user_mask)
+    return kw, sequence_rules(mode, pre, nxt, prefix, user_mask, q_lens)
 
 
 def tnd_seq(x: np.ndarray, start: int, n: int) -> np.ndarray:
@@ -287,11 +299,12 @@ def tnd_seq(x: np.ndarray, start: int, n: int) -> np.ndarray:
 def test_tnd_per_sequence(mode):
     q, k, v = tnd_data(seed=mode)
     kw, rules = tnd_case(mode)
+    q_lens = case_lens(mode)
     out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", scale=SCALE, **kw, **BLOCKS)
     assert out.shape == (sum(Q_LENS), N1, DV) and smax.shape == ssum.shape == (sum(Q_LENS), N1, 8)
-    lse = lse_of(tnd_rows(smax, Q_LENS, N1), tnd_rows(ssum, Q_LENS, N1))
+    lse = lse_of(tnd_rows(smax, q_lens, N1), tnd_rows(ssum, q_lens, N1))
     q0 = k0 = 0
-    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+    for s, (sq, sk) in enumerate(zip(q_lens, K_LENS)):
         if sq:
             check(tnd_seq(out, q0, sq), lse[q0:q0 + sq].T[None], tnd_seq(q, q0, sq), tnd_seq(k, k0, sk),
                   tnd_seq(v, k0, sk), rules[s][None, None], what=f"TND mode {mode} sequence {s}")
@@ -469,7 +482,7 @@ def test_tnd_grad_per_sequence(mode):
                                                  softmax_sum=ssum, attention_in=out, **kw)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     q0 = k0 = 0
-    for s, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+    for s, (sq, sk) in enumerate(zip(case_lens(mode), K_LENS)):
         if sq:
             ref = flashlab.attention_reference_backward(tnd_seq(dy, q0, sq), tnd_seq(q, q0, sq),
                                                         tnd_seq(k, k0, sk), tnd_seq(v, k0, sk),
@@ -505,6 +518,9 @@ def _bnsd(sq=12, sk=16, n1=N1, n2=N2, d=D, dv=DV, b=B):
 q4, k4, v4 = _bnsd()
 qt, kt, vt = tnd_data()
 LENS = dict(actual_seq_qlen=np.cumsum(Q_LENS).tolist(), actual_seq_kvlen=np.cumsum(K_LENS).tolist())
+# the same token counts with Sq <= Skv in every sequence
+LENS_SQ_LE_SK = dict(actual_seq_qlen=np.cumsum([5, 0, 11, 15, 12]).tolist(),
+                     actual_seq_kvlen=np.cumsum(K_LENS).tolist())
 OK = (q4, k4, v4, N1, "BNSD")
 OK_TND = (qt, kt, vt, N1, "TND")
 
@@ -572,6 +588,23 @@ ERRORS = {
                    ValueError, "next_tokens <= 0"),
     "mode8-pre": (OK_TND, dict(sparse_mode=8, atten_mask=TRI, pre_tokens=6, next_tokens=0, **LENS),
                   ValueError, "Skv=7"),
+    # issue 22.6: the device tiling's TND checks (flashlab/cann/plan.py cites the source lines)
+    "mode7-sq>skv": (OK_TND, dict(sparse_mode=7, atten_mask=TRI, pre_tokens=12, next_tokens=0,
+                                  **LENS), ValueError, "s1[17] is larger than s2[11]"),
+    "mode7-band-row": (OK_TND, dict(sparse_mode=7, atten_mask=TRI, pre_tokens=12, next_tokens=-1,
+                                    **LENS_SQ_LE_SK), ValueError, "has invalid row"),
+    "mode8-band-row": (OK_TND, dict(sparse_mode=8, atten_mask=TRI, pre_tokens=7, next_tokens=-3,
+                                    **LENS), ValueError, "Batch[0], s1[5], s2[7], next_tokens[-3]"),
+    "mode6-tnd-prefix-sq0": (OK_TND, dict(sparse_mode=6, atten_mask=tri6(), prefix=[7, 0, 11, 20, 12],
+                                          **LENS), ValueError, "[3, 3]"),
+    "mode4-tnd-pre<0": (OK_TND, dict(sparse_mode=4, atten_mask=TRI, pre_tokens=-1, next_tokens=5,
+                                     **LENS), ValueError, "needs pre_tokens >= 0"),
+    "mode4-tnd-row": (OK_TND, dict(sparse_mode=4, atten_mask=TRI, pre_tokens=100, next_tokens=0,
+                                   **LENS), ValueError, "Batch[2], s1[17], s2[11]"),
+    "mode0-tnd-next<0": (OK_TND, dict(atten_mask=np.zeros((17, 20), bool), pre_tokens=100,
+                                      next_tokens=-1, **LENS), ValueError, "next_tokens >= 0"),
+    "mode0-tnd-row": (OK_TND, dict(atten_mask=np.zeros((17, 20), bool), pre_tokens=0, next_tokens=5,
+                                   **LENS), ValueError, "Skv + pre_tokens >= Sq"),
 }
 
 
@@ -622,3 +655,30 @@ def test_grad_operand_errors():
         with pytest.raises(exc) as info:
             cann.flash_attention_score_grad(q4, k4, v4, dy, N1, "BNSD", **kw)
         assert text in str(info.value), text
+
+
+def test_tnd_device_ranges_accept_their_edges():
+    """The edges of the ranges the TND checks enforce run (issue 22.6): a prefix equal to Skv on
+    the sequence without queries, mode 7 with next_tokens = 0 on the last sequence, mode 8 with
+    Sq - next_tokens = Skv on the first sequence with queries."""
+    for kw in (dict(sparse_mode=6, atten_mask=tri6(), prefix=[7, 3, 11, 20, 12], **LENS),
+               dict(sparse_mode=7, atten_mask=TRI, pre_tokens=12, next_tokens=0, **LENS_SQ_LE_SK),
+               dict(sparse_mode=8, atten_mask=TRI, pre_tokens=7, next_tokens=-2, **LENS)):
+        out = cann.flash_attention_score(*OK_TND, scale=SCALE, **kw)[0]
+        assert out.shape == (sum(Q_LENS), N1, DV) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("prefix, text", [(None, "null pointer"), ([8], "same size as bSize[2]"),
+                                          ([8, 3], "prefixN=3 is invalid, should be in range of [4, 16]")])
+def test_mode5_bad_prefix_warns_and_uses_the_full_mask(prefix, text):
+    """Issue 22.6: for sparse_mode 5 (B, N, S, D) the device's GetPrefixNList only warns on a
+    missing, mis-sized or out-of-range prefix and falls back to the full atten_mask (sparse
+    type ALL); sparse_mode 6 refuses the same prefix (the ERRORS cases prefix-*)."""
+    rng = np.random.default_rng(5)
+    mask = rng.random((B, 1, 12, 16)) < 0.3
+    mask[..., 0] = False                       # no row fully masked
+    with pytest.warns(UserWarning, match=re.escape(text)):
+        out = cann.flash_attention_score(q4, k4, v4, N1, "BNSD", scale=SCALE, sparse_mode=5,
+                                         atten_mask=mask, prefix=prefix)[0]
+    ref = flashlab.attention_reference(q4, k4, v4, scale=SCALE, mask=mask)[0]
+    assert max_abs_err(out, ref) < 1e-5

@@ -225,3 +225,67 @@ def test_deterministic_across_thread_counts(tmp_path):
                                      tmp_path)
     for name, h in hashes.items():
         assert set(h.values()) == {expected[name]}, f"{name}: {h} vs {expected[name]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 22.7: a row with one allowed key gets P = 1 exactly in the backward of the decode path
+# ---------------------------------------------------------------------------------------------
+
+def _one_key_grads(B, H, Hkv, Sq, Sk, D, dtype, **opts):
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((B, H, Sq, D)).astype(dtype)
+    k = rng.standard_normal((B, Hkv, Sk, D)).astype(dtype)
+    v = rng.standard_normal((B, Hkv, Sk, D)).astype(dtype)
+    do = rng.standard_normal((B, H, Sq, D)).astype(dtype)
+    o, lse = flashlab.flash_attention(q, k, v, **opts)
+    grads = flashlab.flash_attention_backward(do, q, k, v, o, lse, **opts)
+    return q, k, v, do, o, lse, grads
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_decode_lse_is_the_backwards_scores(dtype):
+    """Sq=1, Sk=239, causal (top-left: the row sees key 0 only; torch SDPA's case in the issue):
+    the forward ran the decode kernel; the backward's P on the one allowed key is exactly 1:
+    dV[key 0] = sum over the group's heads of dO and O = V[key 0], bit for bit. Before, the LSE
+    came from the decode's stacked-rows BLAS gemm and the backward's score from a 1 x 1 one:
+    P = 1 - 2.4e-7 and a dV error of 1.7e-6 in float32."""
+    B, H, Hkv, Sq, Sk, D = 2, 4, 2, 1, 239, 64
+    q, k, v, do, o, lse, (dq, dk, dv) = _one_key_grads(B, H, Hkv, Sq, Sk, D, dtype, causal=True)
+    p = prepare(q, k, v, causal=True)
+    assert api.uses_decode(p)
+    # O = P V = V[key 0] exactly (P = 1 / 1)
+    assert np.array_equal(o, np.repeat(v[:, :, :1], H // Hkv, axis=1))
+    # LSE = the score of key 0 (l = e^0 = 1, log 1 = 0)
+    # dV[key 0] = sum_{heads g of the group} P dO = sum_g dO_g, exactly; no other key gets any
+    want = do.reshape(B, Hkv, H // Hkv, D).sum(axis=2, dtype=dtype)
+    assert np.array_equal(dv[:, :, 0], want)
+    assert not dv[:, :, 1:].any()
+    # the softmax of one key does not depend on the scores: dQ = 0 and dK = 0 exactly
+    assert not dq.any() and not dk.any()
+
+
+@pytest.mark.parametrize("kind", ["window", "mask", "bias"])
+def test_decode_rows_with_one_allowed_key_get_p_one(kind):
+    """Rows with one allowed key among many (band, dense mask, -inf bias), Sq=5 with GQA,
+    several kv chunks: the backward's recomputed P on that key is 1, so dV of a key seen
+    only by one-key rows is exactly the sum of their dO."""
+    B, H, Hkv, Sq, Sk, D, at = 1, 4, 1, 5, 4096, 32, 2500
+    rng = np.random.default_rng(3)
+    opts = {}
+    if kind == "window":
+        # row i sees key i + at only
+        opts["window"] = (-at, at)
+    allowed = np.zeros((Sq, Sk), dtype=bool)
+    allowed[np.arange(Sq), at + np.arange(Sq)] = True
+    if kind == "mask":
+        opts["mask"] = ~allowed            # True = masked
+    if kind == "bias":
+        bias = np.where(allowed, rng.standard_normal((Sq, Sk)), -np.inf)
+        opts["bias"] = bias.astype(np.float32)[None, None]
+    q, k, v, do, o, lse, (dq, dk, dv) = _one_key_grads(B, H, Hkv, Sq, Sk, D, np.float32,
+                                                        **opts)
+    assert kv_splits(B, Hkv, -(-Sk // api.FORWARD_BLOCK[1])) > 1
+    # O = V[its key]; dV[at + i] = sum over heads of dO[:, :, i]
+    assert np.array_equal(o[0], np.broadcast_to(v[0, 0, at:at + Sq], (H, Sq, D)))
+    assert np.array_equal(dv[0, 0, at:at + Sq], do[0].sum(axis=0, dtype=np.float32))
+    assert not dq.any() and not dk.any()

@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceiling-only", action="store_true", help="only the backward's BLAS "
                     "ceiling (bench.ceiling_run: the backward, its five products alone and torch's "
                     "backward at the backward targets' problems), into OUT/ceiling.json")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead "
+                    "rows (bench.overhead: small shapes and a fresh process's first call, "
+                    "through the torch door against SDPA; needs torch)")
+    ap.add_argument("--overhead-only", action="store_true", help="only the per-call overhead "
+                    "rows, into OUT/overhead.json")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -58,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(ceiling_lines(run)))
         print(f"wrote {out / 'ceiling.json'}", file=sys.stderr)
         return 0
+    if args.overhead_only and args.no_overhead:
+        ap.error("--overhead-only and --no-overhead exclude each other")
+    if args.overhead_only:
+        return 0 if _overhead(out, args.repeats or (20 if args.quick else 50)) else 1
     config = QUICK if args.quick else FULL
     changes: dict[str, Any] = {}
     if args.sizes:
@@ -89,4 +98,28 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = save_results(result, out)
     print(to_markdown(result))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    if not (args.no_overhead or args.no_torch or args.mla_only or args.decode_only):
+        lines = _overhead(out, args.repeats or (20 if args.quick else 50))
+        if lines:
+            # the overhead section goes at the end of the suite's report
+            with md_path.open("a") as f:
+                f.write("\n" + "\n".join(lines) + "\n")
     return 0
+
+
+def _overhead(out: Path, repeats: int) -> list[str] | None:
+    """Run :func:`flashlab.bench.overhead.overhead_run`, write OUT/overhead.json, print its
+    markdown and return the lines; None (and a note) when torch is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print(f"overhead rows skipped: torch is not installed ({exc})", file=sys.stderr)
+        return None
+    from flashlab.bench.overhead import overhead_lines, overhead_run
+    run = overhead_run(repeats)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps(run, indent=1) + "\n")
+    lines = overhead_lines(run)
+    print("\n".join(lines))
+    print(f"wrote {out / 'overhead.json'}", file=sys.stderr)
+    return lines

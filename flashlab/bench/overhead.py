@@ -1,7 +1,8 @@
 """Per-call overhead of the torch front door: small shapes, forward plus backward, against SDPA.
 
 ``python -m flashlab.bench.overhead [--repeats N] [--out FILE.json]`` prints one row per shape
-and the first call of a fresh process:
+and the first call of a fresh process (``python -m flashlab.bench`` and ``make bench-quick``
+add the same section to their report and write ``overhead.json``):
 
 * ``(1, 16, 1, 8)`` (batch, seqlen, heads, headdim): a problem whose arithmetic is nothing, so
   the time is the fixed cost of a call (validation, dispatch, allocation, thread pools);
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["SHAPES", "overhead_rows", "first_call_ms", "main"]
+__all__ = ["SHAPES", "overhead_rows", "first_call_ms", "overhead_run", "overhead_lines", "main"]
 
 #: (batch, seqlen, heads, headdim) of the timed rows
 SHAPES = ((1, 16, 1, 8), (8, 128, 4, 32))
@@ -101,33 +102,54 @@ def first_call_ms(which: str = "flashlab") -> float:
     return ms
 
 
+def overhead_run(repeats: int = 50) -> dict:
+    """The rows, the first calls of fresh processes and the run's configuration, as one dict
+    ``{"rows", "first_call", "info"}``: machine, CPUs, BLAS libraries, load average, torch,
+    Numba threads, ``OMP_WAIT_POLICY``."""
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+
+    rows = overhead_rows(repeats)
+    first = {"flashlab_ms": first_call_ms("flashlab"), "sdpa_ms": first_call_ms("sdpa")}
+    blas = sorted({f"{i.get('internal_api')} {i.get('architecture') or ''}".strip()
+                   for i in threadpool_info() if i.get("user_api") == "blas"})
+    info = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "blas": blas, "load_average": [round(x, 2) for x in os.getloadavg()],
+            "torch": torch.__version__, "numba_threads": numba.get_num_threads(),
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
+    return {"rows": rows, "first_call": first, "info": info}
+
+
+def overhead_lines(run: dict) -> list[str]:
+    """Markdown of :func:`overhead_run`'s result: a table with the issue's targets, and the
+    configuration line."""
+    first, info = run["first_call"], run["info"]
+    target = {(1, 16, 1, 8): "<= 0.25 ms", (8, 128, 4, 32): "<= 1.2x SDPA"}
+    lines = ["## Per-call overhead (torch door, causal float32, forward + backward)", "",
+             "| (B, S, H, D) | flashlab ms | SDPA ms | ratio | target |", "|---|---|---|---|---|"]
+    for r in run["rows"]:
+        shape = tuple(r["shape"])
+        lines.append(f"| {shape} | {r['flashlab_ms']:.3f} | {r['sdpa_ms']:.3f} | "
+                     f"{r['ratio']:.2f} | {target.get(shape, '')} |")
+    lines.append(f"| first call of a fresh process (8, 128, 4, 32), warm cache | "
+                 f"{first['flashlab_ms']:.0f} | {first['sdpa_ms']:.0f} | "
+                 f"{first['flashlab_ms'] / first['sdpa_ms']:.1f} | <= 150 ms |")
+    lines += ["", "Machine " + json.dumps(info), ""]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashlab.bench.overhead",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    import numba
-    import torch
-    from threadpoolctl import threadpool_info
-
-    rows = overhead_rows(args.repeats)
-    first = {"flashlab_ms": first_call_ms("flashlab"), "sdpa_ms": first_call_ms("sdpa")}
-    blas = sorted({f"{i.get('internal_api')} {i.get('architecture') or ''}".strip()
-                   for i in threadpool_info() if i.get("user_api") == "blas"})
-    info = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "blas": blas, "torch": torch.__version__, "numba_threads": numba.get_num_threads(),
-            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
-    print("| (B, S, H, D) | flashlab fwd+bwd ms | SDPA ms | ratio |")
-    print("|---|---|---|---|")
-    for r in rows:
-        print(f"| {tuple(r['shape'])} | {r['flashlab_ms']:.3f} | {r['sdpa_ms']:.3f} | {r['ratio']:.2f} |")
-    print(f"| first call (8, 128, 4, 32), warm cache | {first['flashlab_ms']:.0f} | "
-          f"{first['sdpa_ms']:.0f} | |")
-    print(json.dumps(info))
+    run = overhead_run(args.repeats)
+    print("\n".join(overhead_lines(run)))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"rows": rows, "first_call": first, "info": info}, indent=1))
+        args.out.write_text(json.dumps(run, indent=1))
     return 0
 
 

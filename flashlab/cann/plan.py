@@ -7,6 +7,7 @@ its grad and :func:`sparse_mode_mask` all run through: what is drawn is what is 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,13 +103,41 @@ def _prefix_list(prefix, n: int, lengths: list[tuple[int, int]], where: str) -> 
     if len(values) != n:
         raise ValueError(f"prefix must have one value per {where} ({n}); got {len(values)}")
     for b, (p, (sq, sk)) in enumerate(zip(values, lengths)):
-        if sq == 0:
-            continue
+        # the device checks every sequence, one with Sq = 0 too (TND: range [Skv, Skv]):
+        # ops-transformer attention/flash_attention_score/op_host/arch32/
+        # flash_attention_score_tiling_general.cpp@bfbbec8 lines 4179-4196
+        # (VarLenGetPrefixNList: "if (actualSeqLenData[i] > actualSeqLenKvData[i])" [0, Skv],
+        # else [Skv - Sq, Skv], OP_LOGE and return false); B, N, S, D: lines 1422-1430
+        # (GetPrefixNList, nMin = max(S2 - S1, 0), one Sq for every batch)
         lo = 0 if sq > sk else sk - sq
         if not lo <= p <= sk:
             raise ValueError(f"prefix[{b}]={p} out of range: with Sq={sq}, Sk={sk} it must lie in "
                              f"[{lo}, {sk}] ([0, Sk] when Sq > Sk, else [Sk - Sq, Sk])")
     return values
+
+
+def _prefix_fallback(prefix, batch: int, sq: int, sk: int) -> str | None:
+    """Why the device's GetPrefixNList would give up on ``prefix`` (B, N, S, D layouts), or None.
+
+    ops-transformer attention/flash_attention_score/op_host/arch32/
+    flash_attention_score_tiling_general.cpp@bfbbec8 lines 1391-1438: a missing prefix, one of
+    another length than B, or a value outside [max(Sk - Sq, 0), Sk] is an ``OP_LOGW`` and
+    ``return SparseEnum::ALL``; lines 784-790 make that an error for sparse_mode 6 only, so
+    sparse_mode 5 then runs on its full atten_mask alone.
+    """
+    if prefix is None:
+        return "prefixN is null pointer while sparse mode is prefix"
+    values = int64_list("prefix", prefix)
+    if len(values) != batch:
+        return (f"prefixN is invalid, it should be the same size as bSize[{batch}], but it is "
+                f"{len(values)}")
+    lo = max(sk - sq, 0)
+    for b, p in enumerate(values):
+        if not lo <= p <= sk:
+            return f"batch[{b}] prefixN={p} is invalid, should be in range of [{lo}, {sk}]"
+    return None
+
+
 
 
 def _check_mode0_range(pre: int, nxt: int, lengths: list[tuple[int, int]]) -> None:
@@ -153,8 +182,19 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     if atten_mask is None:
         return _full_attention_calls(dims, seqs)
     _check_band_tokens(mode, pre, nxt, lengths)
-    full, prefixes = _checked_mask(atten_mask, dims, mode, varlen, lengths, (max_q, max_k), prefix)
+    # sparse_mode 5 (B, N, S, D) with a prefix the device's GetPrefixNList gives up on: it warns and
+    # computes every block with the full atten_mask as given (sparse type ALL; pre/next reset to
+    # INT32_MAX, lines 645-655 of the tiling source cited in _prefix_fallback)
+    fallback = _prefix_fallback(prefix, dims.B, dims.Sq, dims.Sk) if mode == 5 and not varlen else None
+    full, prefixes = _checked_mask(atten_mask, dims, mode, varlen, lengths, (max_q, max_k),
+                                   prefix if fallback is None else None)
+    if fallback is not None:
+        warnings.warn(f"sparse_mode=5: {fallback}; the device warns and falls back to the full "
+                      f"atten_mask without the prefix rule (GetPrefixNList)", stacklevel=3)
+        return [Call(slice(0, dims.B), slice(0, dims.B), NO_LIMIT, NO_LIMIT, full)]
     _check_split_modes(mode, varlen, lengths, pre, nxt)
+    if varlen:
+        _check_tnd_ranges(mode, lengths, pre, nxt, (max_q, max_k))
 
     pre, nxt = clamp_tokens(pre), clamp_tokens(nxt)
     if not varlen and mode <= 4:
@@ -217,7 +257,7 @@ def _checked_mask(atten_mask, dims: Dims, mode: int, varlen: bool, lengths: list
     else:
         _check_compressed(mask, mode)
     prefixes = None
-    if mode in (5, 6):
+    if mode == 6 or (mode == 5 and prefix is not None):   # mode 5 without a usable prefix fell back
         where = "sequence (len(actual_seq_qlen))" if varlen else "batch (B)"
         prefixes = _prefix_list(prefix, len(lengths), lengths, where)
         if mode == 5:
@@ -231,22 +271,23 @@ def _checked_mask(atten_mask, dims: Dims, mode: int, varlen: bool, lengths: list
 
 def _split_ends(lengths: list[tuple[int, int]]) -> tuple[int, int]:
     """The band sequences of the varlen split modes: mode 8 the first, mode 7 the last sequence
-    whose *query* length is not 0 (0 when there is none).
+    whose *query* length is not 0; 0 and the last sequence when no sequence has queries.
 
     The device's tiling picks firstValidIndex / lastValidIndex (ops-transformer
     attention/flash_attention_score/op_host/arch32/flash_attention_score_tiling_general.cpp@bfbbec8,
-    lines 1242-1255: "if (actualSeqLenData[i] != 0)"; line 1277 mode 7
-    set_bandIndex(lastValidIndex), line 1281 mode 8 set_bandIndex(firstValidIndex)). A sequence
-    with queries but no keys is still the band sequence (it computes nothing).
+    lines 1242-1255: "if (actualSeqLenData[i] != 0)", their initial values 0 and the last index;
+    line 1277 mode 7 set_bandIndex(lastValidIndex), line 1281 mode 8 set_bandIndex(firstValidIndex)).
+    A sequence with queries but no keys is still the band sequence (it computes nothing).
     """
     with_q = [s for s, (sq, _) in enumerate(lengths) if sq > 0]
-    return (with_q[0] if with_q else 0), (with_q[-1] if with_q else 0)
+    return (with_q[0] if with_q else 0), (with_q[-1] if with_q else len(lengths) - 1)
 
 
 def _check_split_modes(mode: int, varlen: bool, lengths: list[tuple[int, int]], pre: int,
                        nxt: int) -> None:
     """TND's mode 3 needs Sq <= Skv in every sequence; modes 7 and 8 bound pre/next tokens by the
-    Skv of their band sequence."""
+    Skv of their band sequence (:func:`_split_ends`), as FlashAttentionVarLenScoreTiling's
+    CheckPretokenAndNexttoken does (the tiling source of :func:`_split_ends`, lines 4061-4097)."""
     if varlen and mode == 3:
         for s, (sq, sk) in enumerate(lengths):
             if sq > sk:
@@ -254,18 +295,72 @@ def _check_split_modes(mode: int, varlen: bool, lengths: list[tuple[int, int]], 
                                  f"sequence (FlashAttentionVarLenScore: \"配置为3时，不支持无效行计算，"
                                  f"需要满足每个batch的Sq<=Skv\"); sequence {s} has Sq={sq}, Skv={sk}")
     first, last = _split_ends(lengths)
-    if mode == 7 and any(sq > 0 for sq, _ in lengths):
+    if varlen and mode == 7:
         last_sk = lengths[last][1]
+        # lines 4061-4068
         if pre < last_sk or nxt > 0:
             raise ValueError(f"sparse_mode=7 needs pre_tokens >= the last sequence's Skv={last_sk} and "
                              f"next_tokens <= 0 (\"pre_tockens >= last_Skv\", \"next_tockens <= 0\"); "
                              f"got {pre}, {nxt}")
-    if mode == 8 and any(sq > 0 for sq, _ in lengths):
-        first_sk = lengths[first][1]
+        for s, (sq, sk) in enumerate(lengths):
+            if sq == 0 or sk == 0:
+                continue                # lines 4070-4072
+            if sq > sk:
+                # lines 4074-4078: "s1[%ld] is larger than s2[%ld]"
+                raise ValueError(f"sparse_mode=7 needs Sq <= Skv in every sequence with queries and "
+                                 f"keys (device tiling: \"Batch[{s}] s1[{sq}] is larger than "
+                                 f"s2[{sk}]\"); sequence {s} has Sq={sq}, Skv={sk}")
+            if s == last and sq - nxt > sk:
+                # lines 4079-4083: "has invalid row"
+                raise ValueError(f"sparse_mode=7: the last sequence needs Sq - next_tokens <= Skv "
+                                 f"(device tiling: \"Batch[{s}], s1[{sq}], s2[{sk}], next_tokens"
+                                 f"[{nxt}], has invalid row\")")
+    if varlen and mode == 8:
+        first_sq, first_sk = lengths[first]
+        # lines 4087-4091 (checked before pre_tokens, over the band sequence only)
+        if first_sq - nxt > first_sk:
+            raise ValueError(f"sparse_mode=8: the first sequence with queries needs Sq - next_tokens "
+                             f"<= Skv (device tiling: \"Batch[{first}], s1[{first_sq}], "
+                             f"s2[{first_sk}], next_tokens[{nxt}], has invalid row\")")
+        # lines 4092-4097
         if pre < first_sk:
             raise ValueError(f"sparse_mode=8 needs pre_tokens >= the first sequence's Skv={first_sk} "
                              f"(\"pre_tockens >= first_Skv\", the first sequence with queries); "
                              f"got {pre}")
+
+
+def _check_tnd_ranges(mode: int, lengths: list[tuple[int, int]], pre: int, nxt: int,
+                      longest: tuple[int, int]) -> None:
+    """TND's band (mode 4) and given-mask (mode 0) ranges of the device tiling (the source of
+    :func:`_split_ends`); ``longest`` is the largest ``(sq, sk)``."""
+    max_q, max_k = longest
+    if mode == 4:
+        # lines 4035-4052 (BAND in the varlen tiling)
+        if pre < 0:
+            raise ValueError(f"sparse_mode=4 with input_layout TND needs pre_tokens >= 0 (device "
+                             f"tiling: \"pre_tokens[{pre}] config error, has invalid data block\")")
+        for s, (sq, sk) in enumerate(lengths):
+            if sq and sk and sq - nxt > sk:
+                raise ValueError(f"sparse_mode=4 with input_layout TND needs Sq - next_tokens <= Skv "
+                                 f"in every sequence with queries and keys (device tiling: "
+                                 f"\"Batch[{s}], s1[{sq}], s2[{sk}], next_tokens[{nxt}], has invalid "
+                                 f"row\")")
+    if mode == 0 and not (pre >= max_q and (nxt == 0 or nxt >= max_k)):
+        # GetSparseInfo lines 4224-4250 (4235: NO_MASK) and SparseNoMaskModeCheck lines
+        # 4103-4146: with the mask given and neither causal (pre >= maxSq, next = 0) nor full
+        if nxt < 0:
+            raise ValueError(f"sparse_mode=0 with input_layout TND needs next_tokens >= 0 (device "
+                             f"tiling: \"nextTokens[{nxt}] config error, there is no valid data "
+                             f"block\")")
+        for s, (sq, sk) in enumerate(lengths):
+            if sq and sk and sk + pre < sq:
+                raise ValueError(f"sparse_mode=0 with input_layout TND needs Skv + pre_tokens >= Sq "
+                                 f"in every sequence with queries and keys (device tiling: "
+                                 f"\"Batch[{s}] s1[{sq}] s2[{sk}] has invalid row\")")
+        if pre < 0 and nxt < -pre:
+            raise ValueError(f"sparse_mode=0 with input_layout TND and pre_tokens < 0 needs "
+                             f"next_tokens >= |pre_tokens| (device tiling, lines 4131-4143); got "
+                             f"{pre}, {nxt}")
 
 
 def _check_consistent(calls: list[Call]) -> None:

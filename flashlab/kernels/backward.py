@@ -98,8 +98,9 @@ from flashlab.kernels.tile import (
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
 from flashlab.numba_cache import CACHE
 
-__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "zero_one_key_rows",
-           "scale_kept", "add_dbias", "flash_backward_kernel", "sum_partials"]
+__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
+           "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
+           "sum_partials"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
@@ -166,6 +167,25 @@ def one_allowed_key(i, sk, left, right, mask2d, has_mask, bias2d, has_bias):
 
 
 @njit(cache=CACHE)
+def one_key_probs(p, one_key):
+    """P = 1 exactly on the allowed key of the rows with one allowed key (``one_key`` (rows,)).
+
+    Such a row's softmax is 1 on its key whatever its score, and the forward's O is exactly
+    that key's value row. Recomputed, $e^{S - \\mathrm{LSE}}$ is 1 only when the backward's
+    score has the bits of the one the forward's LSE was taken from; a gemm of another shape
+    (the decode kernel stacks a kv group's rows, the backward takes one head's band box) may
+    round it differently: up to 2.4e-7 apart (issue 22: Sq=1, Sk=239 causal, dV error 1.7e-6).
+    The allowed entry is the row's only non-zero P (masked entries are $e^{-\\infty} = 0$).
+    """
+    for r in range(p.shape[0]):
+        if one_key[r]:
+            for c in range(p.shape[1]):
+                if p[r, c] != 0.0:
+                    # P_ij = 1: the softmax of a single key
+                    p[r, c] = 1.0
+
+
+@njit(cache=CACHE)
 def zero_one_key_rows(ds, one_key):
     """dS = 0 on the rows with one allowed key (``one_key`` (rows,) bool).
 
@@ -177,6 +197,23 @@ def zero_one_key_rows(ds, one_key):
         if one_key[r]:
             for c in range(ds.shape[1]):
                 ds[r, c] = 0.0
+
+
+@njit(cache=CACHE)
+def add_pt_do(p, do_t, dv_blk, alpha, slice_rows):
+    """``dv_blk += alpha * p^T @ do_t``, one gemm per ``slice_rows`` query rows, in row order.
+
+    p (rows, cols) the tile's P (or Z o P); do_t (rows, Dv); dv_blk (cols, Dv). A gemm sums
+    its ``rows`` products per entry in one register before adding them to ``dv_blk``: with
+    the 512-row tile that is a chain of 512 float32 additions. In slices of 64 the chain is
+    64 long plus one addition per slice, the error of a 64-row tile (issue 22: varlen 511 x 1,
+    32/8 heads, D=64: dV error 7.8e-5 in one gemm, 2.5e-5 in slices of 64).
+    """
+    rows = p.shape[0]
+    for r0 in range(0, rows, slice_rows):
+        r1 = min(r0 + slice_rows, rows)
+        # dV_j += alpha P[r0:r1]^T dO[r0:r1]
+        gemm_tn(p[r0:r1], do_t[r0:r1], dv_blk, alpha, 1.0)
 
 
 @njit(cache=CACHE)
@@ -205,7 +242,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                           bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
                           scale, left, right, block_q, block_k, drop_threshold, seed, offset,
                           check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
-                          dbias_part, want_dbias, tiles_done, overflow):
+                          dbias_part, want_dbias, tiles_done, overflow, dv_rows):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
@@ -223,7 +260,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
-    (B * H * n_qblocks,) int64 as in the forward.
+    (B * H * n_qblocks,) int64 as in the forward. ``dv_rows``: the query rows per dV gemm
+    (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -302,6 +340,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
                 # P = exp(S - LSE_i)   (s now holds P)
                 probs_from_lse(s, lse_blk[r0:r1])
+                # P = 1 exactly on the key of a row with one allowed key
+                one_key_probs(s, one_key[r0:r1])
                 # dP = dO_i V_j^T
                 gemm_nt(do_t, v_blk, dp, 1.0, 0.0)
                 if dropout:
@@ -311,12 +351,12 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     drop_tile(pd, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
                               drop_threshold)
                     # dV_j += (Z o P / k)^T dO_i
-                    gemm_tn(pd, do_t, dv_acc[tj0:tj1], inv_keep, 1.0)
+                    add_pt_do(pd, do_t, dv_acc[tj0:tj1], inv_keep, dv_rows)
                     # dP <- Z o dP / k
                     scale_kept(dp, pd, inv_keep)
                 else:
-                    # dV_j += P^T dO_i            (gemm with beta = 1: accumulated in place)
-                    gemm_tn(s, do_t, dv_acc[tj0:tj1], 1.0, 1.0)
+                    # dV_j += P^T dO_i            (gemms with beta = 1: accumulated in place)
+                    add_pt_do(s, do_t, dv_acc[tj0:tj1], 1.0, dv_rows)
                 # dS = P * (dP - D_i)   (dp now holds dS)
                 ds_from_dp(s, dp, dsum[r0:r1])
                 # dS = 0 exactly on rows with a single allowed key
