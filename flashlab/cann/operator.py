@@ -185,7 +185,7 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
     if softmax_layout == "TND" and not varlen:
         raise ValueError(f"softmax_layout=\"TND\" is for input_layout TND only (\"当前仅在input_layout="
                          f"“TND”时进行配置\"); got input_layout {input_layout!r}")
-    seqs = None
+    seqs: list[tuple[int, int, int, int]] | None = None   # set exactly when varlen
     if varlen:
         seqs = sequences(actual_seq_qlen, actual_seq_kvlen, dims)
         dims.B = len(seqs)
@@ -194,8 +194,8 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
                          f"got input_layout {input_layout!r}")
     calls = plan(dims, sparse_mode=sparse_mode, atten_mask=atten_mask, pre_tokens=pre_tokens,
                  next_tokens=next_tokens, prefix=prefix, seqs=seqs)
-    seqs_used = list(seqs) if varlen else []
-    if varlen:
+    seqs_used: list[tuple[int, int, int, int]] = []
+    if seqs is not None:
         # the trailing unused batches repeat the last end: drop them (not the empty ones inside)
         ends = int64_list("actual_seq_qlen", actual_seq_qlen)
         n = len(ends)
@@ -283,7 +283,7 @@ def _options(c: Call, st: Setup) -> dict:
     if p is not None and p.slopes is not None:
         slopes = p.slopes
         if slopes.ndim == 2:
-            slopes = slopes[c.q_rows] if not st.varlen else slopes[c.seq:c.seq + 1]
+            slopes = slopes[c.q_rows] if not st.varlen else slopes[c.tnd_seq:c.tnd_seq + 1]
         kw.update(alibi_slopes=slopes, alibi_offset=p.alibi_offset, alibi_sqrt=p.pse_type == 3)
     elif p is not None:
         kw["bias"] = pse_slice(p, p.bias, c, st)
@@ -515,34 +515,34 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
                           _softmax_operand("softmax_sum", softmax_sum, st))
     ct = st.q.dtype
     dq, dk, dv = (np.zeros(x.shape, dtype=ct) for x in (st.q, st.k, st.v))
-    rope = qr is not None
-    dq_rope = np.zeros(qr.shape, dtype=ct) if rope else None
-    dk_rope = np.zeros(kr.shape, dtype=ct) if rope else None
-    with_dbias = st.pse is not None and st.pse.bias is not None
-    dfull = np.zeros(st.pse.bias.shape, dtype=st.ct) if with_dbias else None
+    # _rope_operands gives both rope operands or neither; dfull: the dbias of a tensor pse
+    dq_rope = None if qr is None else np.zeros(qr.shape, dtype=ct)
+    dk_rope = None if kr is None else np.zeros(kr.shape, dtype=ct)
+    p = st.pse
+    dfull = None if p is None or p.bias is None else np.zeros(p.bias.shape, dtype=st.ct)
     for c in st.calls:
         grads = api.flash_attention_backward(
             take_rows(do, c.q_rows, st.varlen), take_rows(st.q, c.q_rows, st.varlen),
             take_rows(st.k, c.kv_rows, st.varlen), take_rows(st.v, c.kv_rows, st.varlen),
             take_rows(o, c.q_rows, st.varlen), np.ascontiguousarray(take_lse(lse, c.q_rows, st.varlen)),
             scale=scale, window=c.window, mask=c.mask,
-            q_rope=take_rows(qr, c.q_rows, st.varlen) if rope else None,
-            k_rope=take_rows(kr, c.kv_rows, st.varlen) if rope else None,
+            q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
+            k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
             block_q=block_q, block_k=block_k, **_options(c, st),
-            **({"return_dbias": True} if with_dbias else {}))
+            **({"return_dbias": True} if dfull is not None else {}))
         put_rows(dq, c.q_rows, st.varlen, grads[0])
         put_rows(dk, c.kv_rows, st.varlen, grads[1])
         put_rows(dv, c.kv_rows, st.varlen, grads[2])
-        if rope:
+        if dq_rope is not None and dk_rope is not None:
             put_rows(dq_rope, c.q_rows, st.varlen, grads[3])
             put_rows(dk_rope, c.kv_rows, st.varlen, grads[4])
-        if with_dbias:
+        if dfull is not None:
             # the kernel's dbias is reduced to the shape of the bias it was handed
-            pse_slice(st.pse, dfull, c, st)[...] += grads[-1]
-    out = (dq, dk, dv) + ((dq_rope, dk_rope) if rope else ())
+            pse_slice(p, dfull, c, st)[...] += grads[-1]
+    out = (dq, dk, dv) + (() if dq_rope is None or dk_rope is None else (dq_rope, dk_rope))
     out = tuple(_to_layout(g, st) for g in out)
-    if with_dbias:
+    if dfull is not None:
         # bias = mult * pse (mult = scale for pse_type 1): dpse = mult * dbias
-        dpse = st.pse.mult * (alibi_fold(dfull, st.pse.compressed) if st.pse.compressed else dfull)
-        out += (dpse.astype(st.pse.dtype),)
+        dpse = p.mult * (alibi_fold(dfull, p.compressed) if p.compressed else dfull)
+        out += (dpse.astype(p.dtype),)
     return out

@@ -50,6 +50,14 @@ class Call:
         return (None if self.left >= NO_LIMIT else self.left,
                 None if self.right >= NO_LIMIT else self.right)
 
+    @property
+    def tnd_seq(self) -> int:
+        """``seq`` of a call planned for a TND batch (the planner sets it on every such call)."""
+        if self.seq is None:
+            raise ValueError("this call has no TND sequence index (seq is None): it was not "
+                             "planned for input_layout TND")
+        return self.seq
+
 
 def _as_bool_mask(atten_mask) -> np.ndarray:
     if not isinstance(atten_mask, np.ndarray):

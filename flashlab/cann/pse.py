@@ -126,7 +126,7 @@ def pse_setup(pse, pse_type, q_start_idx, kv_start_idx, st: Setup, scale: float)
     if pse.dtype != st.io_dtype:
         raise TypeError(f"pse must have the query's dtype {st.io_dtype} (\"输入query、key、value、pse的"
                         f"数据类型必须一致\"); got {pse.dtype}")
-    x = as_compute(pse).astype(st.ct, copy=False)
+    x: np.ndarray = as_compute(pse).astype(st.ct, copy=False)
     if not np.isfinite(x).all():
         raise ValueError("pse contains NaN or inf")
     mult = scale if ptype == 1 else 1.0
@@ -174,9 +174,9 @@ def pse_slice(p: Pse, full: np.ndarray, c: Call, st: Setup) -> np.ndarray:
         return full[c.q_rows] if full.shape[0] == st.dims.B else full
     sq, sk = c.q_rows.stop - c.q_rows.start, c.kv_rows.stop - c.kv_rows.start
     if full.ndim == 1:
-        a = p.offsets[c.seq]
+        a = p.offsets[c.tnd_seq]
         return full[a:a + st.dims.N1 * sq * sk].reshape(1, st.dims.N1, sq, sk)
-    b = slice(c.seq, c.seq + 1) if full.shape[0] == st.dims.B else slice(0, 1)
+    b = slice(c.tnd_seq, c.tnd_seq + 1) if full.shape[0] == st.dims.B else slice(0, 1)
     # the sequence's [Sq_i, Skv_i] is the bottom-right corner (vendor golden: pse[i, :, F - sq:F,
     # maxSkv - sk:maxSkv])
     rows, cols = full.shape[2:]
@@ -186,6 +186,9 @@ def pse_slice(p: Pse, full: np.ndarray, c: Call, st: Setup) -> np.ndarray:
 def check_alibi_cover(p: Pse, c: Call, st: Setup) -> None:
     """Every entry the compressed pse does not give must be masked for call ``c``."""
     unknown = p.unknown
+    if unknown is None:
+        raise ValueError("check_alibi_cover needs the ALiBi-compressed pse (pse_setup sets its "
+                         "unknown map); got a pse with compressed=0")
     if st.varlen:
         sq, sk = c.q_rows.stop - c.q_rows.start, c.kv_rows.stop - c.kv_rows.start
         rows, cols = unknown.shape
