@@ -1,4 +1,4 @@
-"""The committed measurements the chapters read (book/data/) and the scripts that write them."""
+"""The committed measurements the chapters read (flashlab/data/, package data) and the scripts that write them."""
 from __future__ import annotations
 
 import json
