@@ -60,7 +60,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.viz.gantt", "flashlab.viz.mla", "flashlab.viz.performance")),
     ("Explorers", ("flashlab.widgets", "flashlab.widgets.tiles", "flashlab.widgets.pipeline")),
     ("The CUDA twin (GPU or CUDA simulator)",
-     ("flashlab.gpu", "flashlab.gpu.attention", "flashlab.gpu.target", "flashlab.gpu.forward",
+     ("flashlab.gpu", "flashlab.gpu.attention", "flashlab.gpu.target", "flashlab.gpu.tiles", "flashlab.gpu.forward",
       "flashlab.gpu.backward", "flashlab.gpu.standard", "flashlab.gpu.traffic",
       "flashlab.gpu.bench")),
     ("Exercise checkers",

@@ -42,6 +42,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
+from flashlab.gpu.tiles import block_heads, flush, stage
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -70,11 +71,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                            counter):
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
-        bh = cuda.blockIdx.x
+        b, h, hk = block_heads(H, k.shape[1])   # GQA: query head h adds into kv head h // group
         qb = cuda.blockIdx.y
-        b = bh // H
-        h = bh % H
-        hk = h // (H // k.shape[1])          # GQA: query head h adds into kv head h // group
         t = cuda.threadIdx.x
         i0 = qb * BQ
         rows = min(BQ, Sq - i0)
@@ -88,14 +86,12 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         ps = cuda.shared.array((BQ, BK), float32)     # P tile
         dss = cuda.shared.array((BQ, BK), float32)    # dS tile
         dq_acc = cuda.local.array(DQK, float32)       # this thread's row of dQ_i
-        for e in range(t, rows * DQK, BQ):
-            qs[e // DQK, e % DQK] = q[b, h, i0 + e // DQK, e % DQK]
-            if COUNT:
-                reads += 4
-        for e in range(t, rows * DV, BQ):
-            dos[e // DV, e % DV] = do[b, h, i0 + e // DV, e % DV]
-            if COUNT:
-                reads += 4
+        nbytes = stage(qs, q, b, h, i0, rows, t, BQ)   # Q tile -> shared
+        if COUNT:
+            reads += nbytes
+        nbytes = stage(dos, do, b, h, i0, rows, t, BQ)   # dO tile -> shared
+        if COUNT:
+            reads += nbytes
         cuda.syncthreads()
         lse_i = float32(-math.inf)
         d_i = float32(0.0)
@@ -115,14 +111,12 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
             j0 = kb * BK
             cols = min(BK, Sk - j0)
             cuda.syncthreads()               # the previous tile's K, V, P, dS are consumed
-            for e in range(t, cols * DQK, BQ):
-                ks[e // DQK, e % DQK] = k[b, hk, j0 + e // DQK, e % DQK]
-                if COUNT:
-                    reads += 4
-            for e in range(t, cols * DV, BQ):
-                vs[e // DV, e % DV] = v[b, hk, j0 + e // DV, e % DV]
-                if COUNT:
-                    reads += 4
+            nbytes = stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
+            if COUNT:
+                reads += nbytes
+            nbytes = stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
+            if COUNT:
+                reads += nbytes
             cuda.syncthreads()
             if t < rows:
                 for c in range(cols):
@@ -175,7 +169,6 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
             if COUNT:
                 writes += 4 * DQK
         if COUNT:
-            cuda.atomic.add(counter, 0, reads)
-            cuda.atomic.add(counter, 1, writes)
+            flush(counter, reads, writes)
 
     return flash_backward_gpu

@@ -35,6 +35,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
+from flashlab.gpu.tiles import block_heads, flush, stage
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -62,11 +63,8 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
     def flash_forward_gpu(q, k, v, kv_blocks, scale, left, right, o, lse, counter):
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
-        bh = cuda.blockIdx.x
+        b, h, hk = block_heads(H, k.shape[1])   # GQA: query head h reads kv head h // group
         qb = cuda.blockIdx.y
-        b = bh // H
-        h = bh % H
-        hk = h // (H // k.shape[1])          # GQA: query head h reads kv head h // group
         t = cuda.threadIdx.x                 # this thread's row of the query block
         i0 = qb * BQ
         rows = min(BQ, Sq - i0)
@@ -93,14 +91,12 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
             j0 = kb * BK
             cols = min(BK, Sk - j0)
             cuda.syncthreads()               # every thread is done with the previous K_j, V_j
-            for e in range(t, cols * DQK, BQ):
-                ks[e // DQK, e % DQK] = k[b, hk, j0 + e // DQK, e % DQK]
-                if COUNT:
-                    reads += 4
-            for e in range(t, cols * DV, BQ):
-                vs[e // DV, e % DV] = v[b, hk, j0 + e // DV, e % DV]
-                if COUNT:
-                    reads += 4
+            nbytes = stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
+            if COUNT:
+                reads += nbytes
+            nbytes = stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
+            if COUNT:
+                reads += nbytes
             cuda.syncthreads()               # K_j, V_j complete before anyone reads them
             if t < rows:
                 m_new = m
@@ -150,7 +146,6 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
             if COUNT:
                 writes += 4 * (DV + 1)
         if COUNT:
-            cuda.atomic.add(counter, 0, reads)
-            cuda.atomic.add(counter, 1, writes)
+            flush(counter, reads, writes)
 
     return flash_forward_gpu

@@ -23,6 +23,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
+from flashlab.gpu.tiles import block_heads, flush, stage
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -45,9 +46,7 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
     def standard_scores_gpu(q, k, scale, left, right, s, counter):
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
-        b = cuda.blockIdx.x // H
-        h = cuda.blockIdx.x % H
-        hk = h // (H // k.shape[1])
+        b, h, hk = block_heads(H, k.shape[1])
         t = cuda.threadIdx.x
         i = cuda.blockIdx.y * T + t
         reads = 0
@@ -62,10 +61,9 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
             cuda.syncthreads()
-            for e in range(t, cols * DQK, T):
-                ks[e // DQK, e % DQK] = k[b, hk, j0 + e // DQK, e % DQK]
-                if COUNT:
-                    reads += 4
+            nbytes = stage(ks, k, b, hk, j0, cols, t, T)   # K tile -> shared
+            if COUNT:
+                reads += nbytes
             cuda.syncthreads()
             if i < Sq:
                 for c in range(cols):
@@ -81,8 +79,7 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
                 if COUNT:
                     writes += 4 * cols
         if COUNT:
-            cuda.atomic.add(counter, 0, reads)
-            cuda.atomic.add(counter, 1, writes)
+            flush(counter, reads, writes)
 
     return standard_scores_gpu
 
@@ -136,9 +133,7 @@ def pv_kernel(tile: int, d_v: int, count: bool):
     @cuda.jit
     def standard_pv_gpu(p, v, o, counter):
         H, Sq, Sk = p.shape[1], p.shape[2], p.shape[3]
-        b = cuda.blockIdx.x // H
-        h = cuda.blockIdx.x % H
-        hk = h // (H // v.shape[1])
+        b, h, hk = block_heads(H, v.shape[1])
         t = cuda.threadIdx.x
         i = cuda.blockIdx.y * T + t
         reads = 0
@@ -150,10 +145,9 @@ def pv_kernel(tile: int, d_v: int, count: bool):
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
             cuda.syncthreads()
-            for e in range(t, cols * DV, T):
-                vs[e // DV, e % DV] = v[b, hk, j0 + e // DV, e % DV]
-                if COUNT:
-                    reads += 4
+            nbytes = stage(vs, v, b, hk, j0, cols, t, T)   # V tile -> shared
+            if COUNT:
+                reads += nbytes
             cuda.syncthreads()
             if i < Sq:
                 for c in range(cols):
@@ -169,7 +163,6 @@ def pv_kernel(tile: int, d_v: int, count: bool):
             if COUNT:
                 writes += 4 * DV
         if COUNT:
-            cuda.atomic.add(counter, 0, reads)
-            cuda.atomic.add(counter, 1, writes)
+            flush(counter, reads, writes)
 
     return standard_pv_gpu
