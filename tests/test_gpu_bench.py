@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from flashlab.cost import attention_flops, tiled_attention_traffic
+from flashlab.cost import attended_pairs, attention_flops, tiled_attention_traffic
 from flashlab.gpu.bench import bench_document, device_peaks, make_record, report, write_json
 
 
@@ -64,3 +64,34 @@ def test_record_json_and_report(tmp_path):
     assert "note: a note" in text
     with pytest.raises(ValueError, match="device"):
         write_json({"device": {}, "cases": []}, tmp_path / "x.json")
+
+
+def test_backward_record_counts_the_five_products():
+    p = peaks()
+    rec = make_record("flashlab twin", n=64, d_qk=32, d_v=16, causal=True, batch=2, heads=3,
+                      times=[1e-3], traffic_bytes=None, peaks=p, direction="backward")
+    assert rec["direction"] == "backward"
+    # 2 Sq Sk (3 Dqk + 2 Dv) per head, over the attended (causal) fraction
+    want = 2.0 * 64 * 64 * (3 * 32 + 2 * 16) * 2 * 3 * attended_pairs(64, 64, True) / 64**2
+    assert rec["flops"] == pytest.approx(want)
+    assert "backward" in report(bench_document([rec], p, {}, []))
+    with pytest.raises(ValueError, match="direction"):
+        make_record("x", n=4, d_qk=2, d_v=2, causal=False, batch=1, heads=1, times=[1.0],
+                    traffic_bytes=None, peaks=p, direction="sideways")
+
+
+def test_bench_runs_every_kernel_in_the_simulator(monkeypatch):
+    """The whole run (forward, backward, standard; the errors against float64) on a tiny case,
+    with the simulator's device peaks faked: every launch's arguments are right before a GPU sees them."""
+    from flashlab.gpu import bench
+    from flashlab.gpu.target import is_simulator
+    if not is_simulator():
+        pytest.skip("a CUDA GPU is present: python -m flashlab.gpu.bench runs the real thing")
+    monkeypatch.setattr(bench, "_gpu_peaks", lambda cuda: peaks())
+    doc = bench.run([24], 8, (False, True), 1, 2, (8, 8), 1, (8, 8))
+    impls = [(r["impl"], r["direction"], r["causal"]) for r in doc["cases"]]
+    assert impls == [(i, d, c) for c in (False, True) for i, d in
+                     (("flashlab twin", "forward"), ("flashlab twin", "backward"),
+                      ("standard (3 kernels)", "forward"))]
+    for r in doc["cases"]:
+        assert r["max_abs_error_vs_float64"] < 1e-5, r

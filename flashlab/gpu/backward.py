@@ -42,7 +42,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
-from flashlab.gpu.tiles import block_heads, flush, stage
+from flashlab.gpu.tiles import add_product_tile, block_heads, flush, query_rows, stage, store_row
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -72,13 +72,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
         b, h, hk = block_heads(H, k.shape[1])   # GQA: query head h adds into kv head h // group
-        qb = cuda.blockIdx.y
-        t = cuda.threadIdx.x
-        i0 = qb * BQ
-        rows = min(BQ, Sq - i0)
-        i = i0 + t
-        reads = 0
-        writes = 0
+        qb, t, i0, rows, i = query_rows(BQ, Sq)   # thread t owns query row i of block qb
+        reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         qs = cuda.shared.array((BQ, DQK), float32)
         dos = cuda.shared.array((BQ, DV), float32)
         ks = cuda.shared.array((BK, DQK), float32)
@@ -86,12 +81,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         ps = cuda.shared.array((BQ, BK), float32)     # P tile
         dss = cuda.shared.array((BQ, BK), float32)    # dS tile
         dq_acc = cuda.local.array(DQK, float32)       # this thread's row of dQ_i
-        nbytes = stage(qs, q, b, h, i0, rows, t, BQ)   # Q tile -> shared
-        if COUNT:
-            reads += nbytes
-        nbytes = stage(dos, do, b, h, i0, rows, t, BQ)   # dO tile -> shared
-        if COUNT:
-            reads += nbytes
+        reads += stage(qs, q, b, h, i0, rows, t, BQ)     # Q tile -> shared
+        reads += stage(dos, do, b, h, i0, rows, t, BQ)   # dO tile -> shared
         cuda.syncthreads()
         lse_i = float32(-math.inf)
         d_i = float32(0.0)
@@ -103,20 +94,15 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
             for d in range(DV):
                 # D_i = rowsum(dO_i o O_i)
                 d_i += dos[t, d] * o[b, h, i, d]
-            if COUNT:
-                reads += 4 * (DV + 1)
+            reads += 4 * (DV + 1)
             # allowed keys of row i: [max(0, i - left), min(Sk - 1, i + right)]
             one_key = min(Sk - 1, i + right) == max(0, i - left)
         for kb in range(kv_blocks[qb, 0], kv_blocks[qb, 1]):
             j0 = kb * BK
             cols = min(BK, Sk - j0)
             cuda.syncthreads()               # the previous tile's K, V, P, dS are consumed
-            nbytes = stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
-            if COUNT:
-                reads += nbytes
-            nbytes = stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
-            if COUNT:
-                reads += nbytes
+            reads += stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
+            reads += stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
             cuda.syncthreads()
             if t < rows:
                 for c in range(cols):
@@ -143,31 +129,12 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                     # dQ_i += scale dS K_j
                     dq_acc[d] += x * scale
             cuda.syncthreads()               # the whole P and dS tiles are written
-            for e in range(t, cols * DQK, BQ):
-                c = e // DQK
-                d = e % DQK
-                x = float32(0.0)
-                for r in range(rows):
-                    x += dss[r, c] * qs[r, d]
-                # dK_j += scale dS^T Q_i   (this block's share, one atomic add per element)
-                cuda.atomic.add(dk, (b, hk, j0 + c, d), x * scale)
-                if COUNT:
-                    writes += 4
-            for e in range(t, cols * DV, BQ):
-                c = e // DV
-                d = e % DV
-                x = float32(0.0)
-                for r in range(rows):
-                    x += ps[r, c] * dos[r, d]
-                # dV_j += P^T dO_i
-                cuda.atomic.add(dv, (b, hk, j0 + c, d), x)
-                if COUNT:
-                    writes += 4
+            # dK_j += scale dS^T Q_i   (this block's share, one atomic add per element)
+            writes += add_product_tile(dk, b, hk, j0, cols, dss, qs, rows, scale, t, BQ)
+            # dV_j += P^T dO_i
+            writes += add_product_tile(dv, b, hk, j0, cols, ps, dos, rows, float32(1.0), t, BQ)
         if t < rows:
-            for d in range(DQK):
-                dq[b, h, i, d] = dq_acc[d]
-            if COUNT:
-                writes += 4 * DQK
+            writes += store_row(dq, b, h, i, dq_acc)
         if COUNT:
             flush(counter, reads, writes)
 

@@ -35,7 +35,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
-from flashlab.gpu.tiles import block_heads, flush, stage
+from flashlab.gpu.tiles import block_heads, flush, query_rows, stage
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -64,13 +64,8 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
         b, h, hk = block_heads(H, k.shape[1])   # GQA: query head h reads kv head h // group
-        qb = cuda.blockIdx.y
-        t = cuda.threadIdx.x                 # this thread's row of the query block
-        i0 = qb * BQ
-        rows = min(BQ, Sq - i0)
-        i = i0 + t
-        reads = 0
-        writes = 0
+        qb, t, i0, rows, i = query_rows(BQ, Sq)   # thread t owns query row i of block qb
+        reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         # shared memory: the block's tiles (on-chip SRAM, seen by all its threads)
         qs = cuda.shared.array((BQ, DQK), float32)
         ks = cuda.shared.array((BK, DQK), float32)
@@ -81,8 +76,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
         # Q_i -> shared, pre-scaled: (scale Q_i) K_j^T = scale (Q_i K_j^T); threads stride
         for e in range(t, rows * DQK, BQ):
             qs[e // DQK, e % DQK] = q[b, h, i0 + e // DQK, e % DQK] * scale
-            if COUNT:
-                reads += 4
+            reads += 4
         m = float32(-math.inf)               # running row max
         l = float32(0.0)                     # running denominator
         for d in range(DV):
@@ -91,12 +85,8 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
             j0 = kb * BK
             cols = min(BK, Sk - j0)
             cuda.syncthreads()               # every thread is done with the previous K_j, V_j
-            nbytes = stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
-            if COUNT:
-                reads += nbytes
-            nbytes = stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
-            if COUNT:
-                reads += nbytes
+            reads += stage(ks, k, b, hk, j0, cols, t, BQ)   # K tile -> shared
+            reads += stage(vs, v, b, hk, j0, cols, t, BQ)   # V tile -> shared
             cuda.syncthreads()               # K_j, V_j complete before anyone reads them
             if t < rows:
                 m_new = m
@@ -143,8 +133,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
                 for d in range(DV):
                     # O = O~ / l
                     o[b, h, i, d] = acc[d] * inv
-            if COUNT:
-                writes += 4 * (DV + 1)
+            writes += 4 * (DV + 1)
         if COUNT:
             flush(counter, reads, writes)
 

@@ -23,7 +23,7 @@ from functools import lru_cache
 from numba import float32
 
 from flashlab.gpu.target import cuda as _select_target
-from flashlab.gpu.tiles import block_heads, flush, stage
+from flashlab.gpu.tiles import block_heads, flush, next_tile, query_rows, store_row
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
@@ -47,24 +47,17 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
         b, h, hk = block_heads(H, k.shape[1])
-        t = cuda.threadIdx.x
-        i = cuda.blockIdx.y * T + t
-        reads = 0
-        writes = 0
+        _, t, _, _, i = query_rows(T, Sq)   # thread t owns row i of row tile blockIdx.y
+        reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         ks = cuda.shared.array((T, DQK), float32)
         qrow = cuda.local.array(DQK, float32)
         if i < Sq:
             for d in range(DQK):
                 qrow[d] = q[b, h, i, d]
-            if COUNT:
-                reads += 4 * DQK
+            reads += 4 * DQK
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
-            cuda.syncthreads()
-            nbytes = stage(ks, k, b, hk, j0, cols, t, T)   # K tile -> shared
-            if COUNT:
-                reads += nbytes
-            cuda.syncthreads()
+            reads += next_tile(ks, k, b, hk, j0, cols, t, T)   # K tile -> shared
             if i < Sq:
                 for c in range(cols):
                     j = j0 + c
@@ -76,8 +69,7 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
                         # S_ij = scale Q_i . K_j
                         x *= scale
                     s[b, h, i, j] = x              # the N x N matrix goes to global memory
-                if COUNT:
-                    writes += 4 * cols
+                writes += 4 * cols
         if COUNT:
             flush(counter, reads, writes)
 
@@ -95,8 +87,7 @@ def softmax_kernel(tile: int, count: bool):
     @cuda.jit
     def standard_softmax_gpu(s, counter):
         H, Sq, Sk = s.shape[1], s.shape[2], s.shape[3]
-        b = cuda.blockIdx.x // H
-        h = cuda.blockIdx.x % H
+        b, h, _ = block_heads(H, H)
         i = cuda.blockIdx.y * T + cuda.threadIdx.x
         if i < Sq:
             # pass 1: m = rowmax(S), l = rowsum(e^{S - m}) online (one read of the row)
@@ -134,34 +125,24 @@ def pv_kernel(tile: int, d_v: int, count: bool):
     def standard_pv_gpu(p, v, o, counter):
         H, Sq, Sk = p.shape[1], p.shape[2], p.shape[3]
         b, h, hk = block_heads(H, v.shape[1])
-        t = cuda.threadIdx.x
-        i = cuda.blockIdx.y * T + t
-        reads = 0
-        writes = 0
+        _, t, _, _, i = query_rows(T, Sq)   # thread t owns row i of row tile blockIdx.y
+        reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         vs = cuda.shared.array((T, DV), float32)
         acc = cuda.local.array(DV, float32)
         for d in range(DV):
             acc[d] = float32(0.0)
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
-            cuda.syncthreads()
-            nbytes = stage(vs, v, b, hk, j0, cols, t, T)   # V tile -> shared
-            if COUNT:
-                reads += nbytes
-            cuda.syncthreads()
+            reads += next_tile(vs, v, b, hk, j0, cols, t, T)   # V tile -> shared
             if i < Sq:
                 for c in range(cols):
                     pij = p[b, h, i, j0 + c]       # P read back from global memory
                     for d in range(DV):
                         # O_i += P_ij V_j
                         acc[d] += pij * vs[c, d]
-                if COUNT:
-                    reads += 4 * cols
+                reads += 4 * cols
         if i < Sq:
-            for d in range(DV):
-                o[b, h, i, d] = acc[d]
-            if COUNT:
-                writes += 4 * DV
+            writes += store_row(o, b, h, i, acc)
         if COUNT:
             flush(counter, reads, writes)
 
