@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.t
 if ls .whl/numba-0.68.1-*.whl >/dev/null 2>&1 \
    && $py -c "import llvmlite, sys; sys.exit(not llvmlite.__version__.startswith('0.50'))" 2>/dev/null; then
   $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/numba-0.68.1-*.whl .whl/numba_cuda-0.30.4-*.whl && export PYTHONPATH=/tmp/site
+    .whl/numba-0.68.1-*.whl .whl/numba_cuda-0.30.4-*.whl $(ls .whl/numpy-*.whl 2>/dev/null) && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 $py - <<'PY' | tee "$out/versions.txt"

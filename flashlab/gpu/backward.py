@@ -81,6 +81,11 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         ps = cuda.shared.array((BQ, BK), float32)     # P tile
         dss = cuda.shared.array((BQ, BK), float32)    # dS tile
         dq_acc = cuda.local.array(DQK, float32)       # this thread's row of dQ_i
+        # its rows of Q_i, dO_i and dS, in registers / local memory: read from the shared tiles
+        # in the loops below, [t, d] would put the block's threads a row apart, on one bank
+        qrow = cuda.local.array(DQK, float32)
+        dorow = cuda.local.array(DV, float32)
+        dsrow = cuda.local.array(BK, float32)
         reads += stage(qs, q, b, h, i0, rows, t, BQ)     # Q tile -> shared
         reads += stage(dos, do, b, h, i0, rows, t, BQ)   # dO tile -> shared
         cuda.syncthreads()
@@ -91,9 +96,12 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
             dq_acc[d] = float32(0.0)
         if t < rows:
             lse_i = lse[b, h, i]
+            for d in range(DQK):
+                qrow[d] = qs[t, d]
             for d in range(DV):
+                dorow[d] = dos[t, d]
                 # D_i = rowsum(dO_i o O_i)
-                d_i += dos[t, d] * o[b, h, i, d]
+                d_i += dorow[d] * o[b, h, i, d]
             reads += 4 * (DV + 1)
             # allowed keys of row i: [max(0, i - left), min(Sk - 1, i + right)]
             one_key = min(Sk - 1, i + right) == max(0, i - left)
@@ -111,21 +119,22 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                     if lse_i != -math.inf and j >= i - left and j <= i + right:
                         x = float32(0.0)
                         for d in range(DQK):
-                            x += qs[t, d] * ks[c, d]
+                            x += qrow[d] * ks[c, d]
                         # P_ij = exp(scale Q_i . K_j - LSE_i)   (recomputed, never stored)
                         p = math.exp(x * scale - lse_i)
                     dp = float32(0.0)
                     for d in range(DV):
                         # dP_ij = dO_i . V_j
-                        dp += dos[t, d] * vs[c, d]
+                        dp += dorow[d] * vs[c, d]
                     # dS_ij = P_ij (dP_ij - D_i);  exactly 0 for a row with one allowed key
                     ds = float32(0.0) if one_key else p * (dp - d_i)
                     ps[t, c] = p
                     dss[t, c] = ds
+                    dsrow[c] = ds
                 for d in range(DQK):
                     x = float32(0.0)
                     for c in range(cols):
-                        x += dss[t, c] * ks[c, d]
+                        x += dsrow[c] * ks[c, d]
                     # dQ_i += scale dS K_j
                     dq_acc[d] += x * scale
             cuda.syncthreads()               # the whole P and dS tiles are written
