@@ -34,20 +34,11 @@ The grid, as in test_forward.py, is a set of products:
 """
 from __future__ import annotations
 
+import conftest as grid  # the shared grid: lengths, dims, heads, dtypes, masks
 import numba
 import numpy as np
 import pytest
 from conftest import (
-    DIMS,
-    DTYPE_KINDS,
-    DTYPE_PAIRS,
-    HEADS,
-    LENGTH_PAIRS,
-    MASK_KINDS,
-    ONE_BY_ONE_KINDS,
-    ONE_BY_ONE_PAIRS,
-    Q_SCALE_IDS,
-    Q_SCALES,
     dense_allowed,
     hashes_at_1_3_4_threads,
     make_qkv,
@@ -184,13 +175,13 @@ def backward64(inputs: dict, do: np.ndarray, **options) -> tuple[np.ndarray, ...
 
 
 # ------------------------------------------------------------------------ lengths
-@pytest.mark.parametrize("sq_sk", LENGTH_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("sq_sk", grid.LENGTH_PAIRS, ids=pair_id)
 def test_lengths(sq_sk):
     """Every ordered pair of unequal lengths; heads, dims, mask and blocks rotate with the case."""
     Sq, Sk = sq_sk
-    n = LENGTH_PAIRS.index(sq_sk)
-    H, Hkv = HEADS[n % 3]
-    Dqk, Dv = DIMS[(n // 3) % 3]
+    n = grid.LENGTH_PAIRS.index(sq_sk)
+    H, Hkv = grid.HEADS[n % 3]
+    Dqk, Dv = grid.DIMS[(n // 3) % 3]
     kind = ["none", "causal", "window(40,-3)", "mask(B,1,Sq,Sk)"][n % 4]
     blocks = [(64, 64), (32, 48), (17, 5)][n % 3]
     inputs = make_qkv(1, H, Hkv, Sq, Sk, Dqk, Dv, seed=n)
@@ -198,7 +189,7 @@ def test_lengths(sq_sk):
 
 
 # ------------------------------------------------------------------------ mask kinds
-@pytest.mark.parametrize("kind", MASK_KINDS)
+@pytest.mark.parametrize("kind", grid.MASK_KINDS)
 @pytest.mark.parametrize("sq_sk", [(129, 64), (64, 129)], ids=pair_id)
 def test_mask_kinds(sq_sk, kind):
     """Every mask kind (windows with None/negative sides, dense masks of every broadcast
@@ -210,8 +201,8 @@ def test_mask_kinds(sq_sk, kind):
 
 
 # ------------------------------------------------------------------------ lengths x mask kinds
-@pytest.mark.parametrize("kind", MASK_KINDS)
-@pytest.mark.parametrize("sq_sk", LENGTH_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("kind", grid.MASK_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.LENGTH_PAIRS, ids=pair_id)
 def test_lengths_x_masks(sq_sk, kind):
     """The forward's grid: every ordered pair of unequal lengths under every mask kind
     (B=2, H=4, Hkv=2 as in test_forward; small head dims 24/16 to keep it fast)."""
@@ -229,8 +220,8 @@ def test_equal_lengths(n, kind):
     check_backward(inputs, **mask_options(kind, 1, 2, n, n))
 
 
-@pytest.mark.parametrize("kind", ONE_BY_ONE_KINDS)
-@pytest.mark.parametrize("sq_sk", ONE_BY_ONE_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("kind", grid.ONE_BY_ONE_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.ONE_BY_ONE_PAIRS, ids=pair_id)
 def test_block_one_by_one(sq_sk, kind):
     """1 x 1 tiles: every score is its own tile (as the forward's test_block_one_by_one)."""
     Sq, Sk = sq_sk
@@ -239,9 +230,9 @@ def test_block_one_by_one(sq_sk, kind):
 
 
 # --------------------------------------------------------- dtypes and large-magnitude logits
-@pytest.mark.parametrize("q_scale", Q_SCALES, ids=Q_SCALE_IDS)
-@pytest.mark.parametrize("kind", DTYPE_KINDS)
-@pytest.mark.parametrize("sq_sk", DTYPE_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("q_scale", grid.Q_SCALES, ids=grid.Q_SCALE_IDS)
+@pytest.mark.parametrize("kind", grid.DTYPE_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.DTYPE_PAIRS, ids=pair_id)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
 def test_dtypes_and_large_logits(dtype, sq_sk, kind, q_scale):
     """float16/32/64 inputs with ordinary and large (|scores| ~ 50..100) logits, as the
@@ -257,8 +248,8 @@ def test_dtypes_and_large_logits(dtype, sq_sk, kind, q_scale):
 
 
 # ------------------------------------------------------------------------ dims x heads
-@pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
-@pytest.mark.parametrize("dims", DIMS, ids=lambda d: f"Dqk{d[0]}-Dv{d[1]}")
+@pytest.mark.parametrize("heads", grid.HEADS, ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
+@pytest.mark.parametrize("dims", grid.DIMS, ids=lambda d: f"Dqk{d[0]}-Dv{d[1]}")
 def test_dims_x_heads(dims, heads):
     """QK dim != V dim (no padding) and GQA/MQA: dk, dv summed over each group of heads."""
     H, Hkv = heads

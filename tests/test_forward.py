@@ -15,19 +15,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import conftest as grid  # the shared grid: lengths, dims, heads, dtypes, masks
 import numpy as np
 import pytest
 from conftest import (
-    DIMS,
-    DTYPE_KINDS,
-    DTYPE_PAIRS,
-    HEADS,
-    LENGTH_PAIRS,
-    MASK_KINDS,
-    ONE_BY_ONE_KINDS,
-    ONE_BY_ONE_PAIRS,
-    Q_SCALE_IDS,
-    Q_SCALES,
     assert_close_to_reference,
     check_forward,
     dense_allowed,
@@ -72,8 +63,8 @@ def test_tolerance_rule_rejects_wrong_results():
 
 
 # --------------------------------------------------------------------- lengths x mask kinds
-@pytest.mark.parametrize("kind", MASK_KINDS)
-@pytest.mark.parametrize("sq_sk", LENGTH_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("kind", grid.MASK_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.LENGTH_PAIRS, ids=pair_id)
 def test_lengths_x_masks(sq_sk, kind):
     """Every ordered pair of unequal lengths under every mask kind (B=2, H=4, Hkv=2, 72/40)."""
     Sq, Sk = sq_sk
@@ -93,8 +84,8 @@ def test_equal_lengths(n, kind):
 # ------------------------------------------------------------------------ dims x heads
 @pytest.mark.parametrize("kind", ["none", "causal+mask"])
 @pytest.mark.parametrize("sq_sk", [(1, 7), (129, 64), (64, 1000)], ids=pair_id)
-@pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
-@pytest.mark.parametrize("dims", DIMS, ids=lambda d: f"Dqk{d[0]}-Dv{d[1]}")
+@pytest.mark.parametrize("heads", grid.HEADS, ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
+@pytest.mark.parametrize("dims", grid.DIMS, ids=lambda d: f"Dqk{d[0]}-Dv{d[1]}")
 def test_dims_x_heads(dims, heads, sq_sk, kind):
     """QK dim != V dim (192/128, 72/40) and GQA/MQA, with no padding anywhere."""
     (Dqk, Dv), (H, Hkv), (Sq, Sk) = dims, heads, sq_sk
@@ -116,8 +107,8 @@ def test_block_sizes(blocks, sq_sk, kind):
     check_forward(inputs, block_q=bq, block_k=bk, **mask_options(kind, 1, 2, Sq, Sk))
 
 
-@pytest.mark.parametrize("kind", ONE_BY_ONE_KINDS)
-@pytest.mark.parametrize("sq_sk", ONE_BY_ONE_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("kind", grid.ONE_BY_ONE_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.ONE_BY_ONE_PAIRS, ids=pair_id)
 def test_block_one_by_one(sq_sk, kind):
     """1 x 1 tiles: every score is its own tile, every online-softmax step rescales."""
     Sq, Sk = sq_sk
@@ -126,9 +117,9 @@ def test_block_one_by_one(sq_sk, kind):
 
 
 # --------------------------------------------------------- dtypes and large-magnitude logits
-@pytest.mark.parametrize("q_scale", Q_SCALES, ids=Q_SCALE_IDS)
-@pytest.mark.parametrize("kind", DTYPE_KINDS)
-@pytest.mark.parametrize("sq_sk", DTYPE_PAIRS, ids=pair_id)
+@pytest.mark.parametrize("q_scale", grid.Q_SCALES, ids=grid.Q_SCALE_IDS)
+@pytest.mark.parametrize("kind", grid.DTYPE_KINDS)
+@pytest.mark.parametrize("sq_sk", grid.DTYPE_PAIRS, ids=pair_id)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
 def test_dtypes_and_large_logits(dtype, sq_sk, kind, q_scale):
     """float16/32/64 inputs, with ordinary and large (|scores| ~ 50..100) logits."""

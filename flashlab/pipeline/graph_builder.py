@@ -73,22 +73,24 @@ class FAGraphBuilder:
         """$Q_i$ (``rows x d`` per part, ``dtype_bytes`` each) HBM -> L1, into L1's one Q
         buffer; ``only`` the part ``only`` (split RoPE under ``IterateAll``)."""
         i = self.steps[t][0]
-        for p, (d, nm) in enumerate(zip(self.parts, self.part_names)):
-            if only is None or p == only:
-                self.prog.add(("Q", i, p), self.E_LOAD, f"Q{nm}{i}",
-                              self.cost.move(self.core.load, self.rows[i] * d * self.db, self.cost.hbm),
-                              acquire="L1.Q" if p == 0 else None,
-                              kind="load_q" if p == 0 else "load_rope", step=t)
+        self._load_parts("Q", i, self.rows[i], self.cost.hbm, "L1.Q", "load_q", t, only)
 
     def load_k(self, t: int, only: int | None = None) -> None:
         """$K_j$ (``cols x d`` per part) HBM or L2 -> an L1 B buffer."""
         j = self.steps[t][1]
+        self._load_parts("K", t, self.cols[j], self.cost.kv, "L1.B", "load_k", t, only)
+
+    def _load_parts(self, letter: str, index: int, rows: int, source, buffer: str, kind: str,
+                    t: int, only: int | None) -> None:
+        """One MTE2 load per part of a Q or K tile (``rows x d`` of each part: NoPE, then RoPE
+        when split): only part 0 takes the L1 ``buffer`` (the parts share it); a RoPE part is
+        of kind ``load_rope``; ``only`` loads the part ``only`` alone."""
         for p, (d, nm) in enumerate(zip(self.parts, self.part_names)):
             if only is None or p == only:
-                self.prog.add(("K", t, p), self.E_LOAD, f"K{nm}{t}",
-                              self.cost.move(self.core.load, self.cols[j] * d * self.db, self.cost.kv),
-                              acquire="L1.B" if p == 0 else None,
-                              kind="load_k" if p == 0 else "load_rope", step=t)
+                self.prog.add((letter, index, p), self.E_LOAD, f"{letter}{nm}{index}",
+                              self.cost.move(self.core.load, rows * d * self.db, source),
+                              acquire=buffer if p == 0 else None,
+                              kind=kind if p == 0 else "load_rope", step=t)
 
     def load_v(self, t: int) -> None:
         """$V_j$ (``cols x d_v_eff``: padded to $d_{qk}$ with ``pad_v``) HBM or L2 -> an L1 B
