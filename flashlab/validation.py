@@ -377,7 +377,8 @@ class Door:
     door's (CANN: ``query``, ``key``, ``value``); ``shapes`` gives q's, k's and v's shapes in
     the door's own words and layout; ``order[i]`` is the kernel axis (0 B, 1 H, 2 S, 3 D) of the
     door's axis ``i`` (flash_attn's (B, S, H, D): ``(0, 2, 1, 3)``; a packed (T, H, D) layout:
-    ``(2, 1, 3)``, B = 1); ``symbols`` maps the kernel's size names (B, H, Hkv, Sq, Sk, Dqk, Dv)
+    ``(2, 1, 3)``, B = 1; ``ndim`` where the door's rank differs, CANN's BSH [B, S, N*D], which its
+reader splits); ``symbols`` maps the kernel's size names (B, H, Hkv, Sq, Sk, Dqk, Dv)
     to the door's. ``packed``: the T axis may be empty (a packed batch of no tokens). ``note``
     ends a shape message where the shapes shown are not the user's own (CANN's BSH/SBH, read as
     [B, N, S, D]).
@@ -389,6 +390,8 @@ class Door:
     symbols: tuple[tuple[str, str], ...] = ()
     packed: bool = False
     note: str = ""
+    #: the operands' rank in the door's layout; 0: ``len(order)`` (CANN's BSH: 3, read as 4-D)
+    ndim: int = 0
 
     def name(self, n: str) -> str:
         """The door's name for the kernel API's argument ``n``."""
@@ -447,7 +450,7 @@ def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarra
     operand) reads the door's layout as (B, H, S, D), e.g. CANN's BSH split by ``head_num``.
     """
     qn, kn, vn = (door.name(n) for n in "qkv")
-    ndim = len(door.order)
+    ndim = door.ndim or len(door.order)
     for n, x, shape in zip((qn, kn, vn), (q, k, v), door.shapes):
         check_operand(n, x, ndim, shape)
     check_same_dtype(door, q, k=k, v=v)

@@ -130,7 +130,6 @@ from typing import Any
 import numpy as np
 
 from flashlab import api
-from flashlab.arguments import as_real
 from flashlab.cann.attributes import (
     EMPTY_ROW_MAX,
     EMPTY_ROW_SUM,
@@ -139,14 +138,22 @@ from flashlab.cann.attributes import (
     SOFTMAX_REPEAT,
     as_compute,
     int64,
-    int64_list,
 )
-from flashlab.cann.layouts import canonical, from_bnsd, layout_shape, operand_array, split_hidden, to_bnsd
+from flashlab.cann.layouts import DOORS, canonical, from_bnsd, layout_shape, split_hidden, to_bnsd
 from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.validation import prepare
+from flashlab.validation import (
+    check_dropout,
+    check_like,
+    check_offset,
+    check_operand,
+    check_same_dtype,
+    check_scale,
+    check_seed,
+    prepare,
+)
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
 
@@ -157,19 +164,16 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
         raise NotImplementedError("padding_mask is not supported (torch_npu.npu_fusion_attention: "
                                   "\"暂不支持该传参\"; reserved and unused in CANN)")
     # "取值范围为(0, 1]"
-    keep_prob = as_real("keep_prob", keep_prob, lo=0.0, hi=1.0, lo_open=True,
-                        what="a real number in (0, 1]")
+    dropout_p = check_dropout("keep_prob", keep_prob, keep=True)
     ip = int64("inner_precise", inner_precise)
     if ip not in (0, 1, 2):
         raise ValueError(f"inner_precise must be 0, 1 or 2 (0, 1 reserved; 2 invalid-row "
                          f"computation); got {ip}")
     # the operator's default is 1.0; pass 1/sqrt(D) for the usual attention
-    as_real("scale", scale, what="a real number")
-    if not 0 <= int64("seed", seed) <= (1 << 64) - 1:
-        raise ValueError(f"seed must lie in [0, 2**64 - 1]; got {seed}")
-    if not 0 <= int64("offset", offset):
-        raise ValueError(f"offset must be >= 0; got {offset}")
-    return 1.0 - float(keep_prob)
+    check_scale("scale", scale, optional=False)
+    check_seed("seed", seed)
+    check_offset("offset", offset)
+    return dropout_p
 
 
 def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
@@ -197,7 +201,7 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
     seqs_used: list[tuple[int, int, int, int]] = []
     if seqs is not None:
         # the trailing unused batches repeat the last end: drop them (not the empty ones inside)
-        ends = int64_list("actual_seq_qlen", actual_seq_qlen)
+        ends = [int(e) for e in np.asarray(actual_seq_qlen).reshape(-1)]   # checked above
         n = len(ends)
         while n > 1 and ends[n - 1] == 0:
             n -= 1
@@ -227,21 +231,19 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
     layout, N1 = st.layout, st.dims.N1
     if layout in ("BSH", "SBH"):
         dims = "[B, S, N*Dr]" if layout == "BSH" else "[S, B, N*Dr]"
-        qr = operand_array("query_rope", query_rope, 3, dims)
-        kr = operand_array("key_rope", key_rope, 3, dims)
+        qr = check_operand("query_rope", query_rope, 3, dims)
+        kr = check_operand("key_rope", key_rope, 3, dims)
         dr = split_hidden("query_rope", qr.shape[2], N1, None, "head_num")
         nr = split_hidden("key_rope", kr.shape[2], None, dr, "query_rope's Dr = H_qr / head_num")
         qr, kr = to_bnsd(qr, layout, N1), to_bnsd(kr, layout, nr)
     elif layout in ("BSND", "BNSD"):
         dims = f"[{', '.join(layout)}]"
-        qr = to_bnsd(operand_array("query_rope", query_rope, 4, dims), layout, 0)
-        kr = to_bnsd(operand_array("key_rope", key_rope, 4, dims), layout, 0)
+        qr = to_bnsd(check_operand("query_rope", query_rope, 4, dims), layout, 0)
+        kr = to_bnsd(check_operand("key_rope", key_rope, 4, dims), layout, 0)
     else:  # TND
-        qr = operand_array("query_rope", query_rope, 3, "[T, N, Dr]")
-        kr = operand_array("key_rope", key_rope, 3, "[T, N, Dr]")
-    for name, x in (("query_rope", qr), ("key_rope", kr)):
-        if x.dtype != st.io_dtype:
-            raise TypeError(f"{name} must have the query's dtype {st.io_dtype}; got {x.dtype}")
+        qr = check_operand("query_rope", query_rope, 3, "[T, N, Dr]")
+        kr = check_operand("key_rope", key_rope, 3, "[T, N, Dr]")
+    check_same_dtype(DOORS[layout], np.empty(0, st.io_dtype), q_rope=qr, k_rope=kr)
     # heads are axis 1 in (B, N, S, D) and in (T, N, D); compare every other axis but the last
     if qr.shape[:-1] != st.q.shape[:-1]:
         raise ValueError(f"query_rope must match query in every axis but the last (layout {layout}): "
@@ -393,7 +395,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                     take_rows(st.v, c.kv_rows, st.varlen), scale=scale, window=c.window, mask=c.mask,
                     q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-                    block_q=block_q, block_k=block_k, **_options(c, st))
+                    block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st))
         o, l, m, _ = api.forward_with_stats(p)
         put_rows(out, c.q_rows, st.varlen, o)
         put_rows(lse, c.q_rows, st.varlen, l)
@@ -410,14 +412,8 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
 def _grad_operand(name: str, x, st: Setup, dim: int) -> np.ndarray:
     """dy / attention_in in the query's layout -> canonical (B, N1, Sq, Dv) or (T, N1, Dv)."""
     d = st.dims
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray in the query's layout; got {type(x).__name__}")
-    if x.dtype != st.io_dtype:
-        raise TypeError(f"{name} must have the query's dtype {st.io_dtype}; got {x.dtype}")
     expected = (d.Sq, d.N1, dim) if st.varlen else layout_shape(st.layout, d.B, d.N1, d.Sq, dim)
-    if x.shape != expected:
-        raise ValueError(f"{name} must have the attention_out shape {expected} "
-                         f"(layout {st.layout}); got {x.shape}")
+    check_like(name, x, expected, f"attention_out's (layout {st.layout})", st.io_dtype, "query")
     return as_compute(x if st.varlen else to_bnsd(x, st.layout, d.N1))
 
 
@@ -528,7 +524,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
             scale=scale, window=c.window, mask=c.mask,
             q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
             k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-            block_q=block_q, block_k=block_k, **_options(c, st),
+            block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st),
             **({"return_dbias": True} if dfull is not None else {}))
         put_rows(dq, c.q_rows, st.varlen, grads[0])
         put_rows(dk, c.kv_rows, st.varlen, grads[1])
