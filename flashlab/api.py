@@ -23,8 +23,7 @@ from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_split
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
-from flashlab.validation import (Problem, check_lse, check_output_like, contiguous, prepare, scan_kv,
-                                 scores_may_overflow)
+from flashlab.validation import Problem, check_lse, check_output_like, contiguous, prepare, scan_kv, scores_may_overflow
 
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 

@@ -238,7 +238,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     door = KERNEL if door is None else door
     q, k, v = operands(KERNEL, q, k, v)
     B, H, Sq, Dqk = q.shape
-    Hkv, Sk = k.shape[1], k.shape[2]
+    Sk = k.shape[2]
 
     if (q_rope is None) != (k_rope is None):
         raise ValueError("q_rope and k_rope must be given together (or neither)")

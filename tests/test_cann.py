@@ -547,8 +547,10 @@ ERRORS = {
                         ValueError, "multiple of head_num"),
     "gqa": ((*_bnsd(n1=3, n2=2), 3, "BNSD"), {}, ValueError, "GQA"),
     "dv>d": ((*_bnsd(d=8, dv=16), N1, "BNSD"), {}, ValueError, "D_q = D_k >= D_v"),
-    "dk!=dq": ((q4, k4[..., :8], v4, N1, "BNSD"), {}, ValueError, "key must have shape [B, N_kv, Skv, D] with D=16 as query"),
-    "kv-mismatch": ((q4, k4, v4[:, :, :10], N1, "BNSD"), {}, ValueError, "value must have shape [B, N_kv, Skv, Dv] = (2, 2, 16, Dv) as key"),
+    "dk!=dq": ((q4, k4[..., :8], v4, N1, "BNSD"), {}, ValueError,
+               "key must have shape [B, N_kv, Skv, D] with D=16 as query"),
+    "kv-mismatch": ((q4, k4, v4[:, :, :10], N1, "BNSD"), {}, ValueError,
+                    "value must have shape [B, N_kv, Skv, Dv] = (2, 2, 16, Dv) as key"),
     "batch": ((q4[:1], k4, v4, N1, "BNSD"), {}, ValueError, "with B=1 like query"),
     "query-list": ((q4.tolist(), k4, v4, N1, "BNSD"), {}, TypeError, "query"),
     # masks

@@ -379,6 +379,23 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     The operator's fourth output ``softmax_out`` is reserved and never written ("预留参数，暂未
     使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
     stream: none of them is returned here.
+
+    Extensions and deliberate differences
+    -------------------------------------
+    * float64 inputs are accepted (computed in float64, ``softmax_max``/``softmax_sum``
+      float64), so that gradients can be checked at float64 accuracy; the device takes
+      float16, bfloat16 and float32. The other extensions are listed in the module docstring
+      (``key_rope`` head counts, ``block_q``/``block_k``, SplitMix64 dropout bits).
+    * For ``sparse_mode`` 1, 2 and 3 the device's tiling ignores ``pre_tokens``/``next_tokens``
+      (mode 1: unbounded; 2: ``pre = Sq, next = 0``; 3: ``pre = Sq, next = Sk - Sq``) and logs
+      an ``OP_LOGW`` warning when the values given differ from those. The same values are used
+      here, **without a warning**: the defaults (``INT32_MAX``) differ from them, so the device's
+      warning would fire on every default mode-2 call (causal attention, the most common one).
+      Pinned by ``tests/test_door_checks.py::test_mode2_with_default_tokens_does_not_warn``.
+    * Checks: the operands, ``keep_prob``, ``scale``, ``seed``, ``offset`` and the TND
+      ``actual_seq_qlen``/``actual_seq_kvlen`` are checked by :mod:`flashlab.validation`'s
+      rules (one rule for every entry point), with the operator's names in the messages
+      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
     """
     st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
                 keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
