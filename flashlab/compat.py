@@ -53,6 +53,16 @@ same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
 
 Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
+
+**What this door does: translate, check nothing itself.** It reads flash_attn's layout
+((batch, seqlen, nheads, headdim), packed (total, nheads, headdim)) as flashlab's (B, H, S, D),
+turns the bottom-right ``window_size``/``causal`` into the top-left band and cuts a packed
+batch into sequences. Every check is a rule of :mod:`flashlab.validation` called with
+flash_attn's names (:data:`FLASH_ATTN`, :data:`FLASH_ATTN_VARLEN`: ``q`` of shape
+``(batch_size, seqlen_q, nheads, headdim)``, ``softmax_scale``, ``window_size``,
+``cu_seqlens_q``, ...), the same rules the kernel API and the CANN operator run; only
+flash_attn-only features it lacks raise here (``softcap != 0``, ``block_table``:
+``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -78,7 +88,7 @@ from flashlab.validation import (
     packed_sequences,
 )
 
-__all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
+__all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
            "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
 
 

@@ -30,7 +30,7 @@ from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
-           "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
+           "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype", "check_rope_pair",
            "check_like", "check_lse", "check_scale", "check_dropout", "check_seed", "check_offset",
            "packed_sequences"]
 
@@ -240,8 +240,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     B, H, Sq, Dqk = q.shape
     Sk = k.shape[2]
 
-    if (q_rope is None) != (k_rope is None):
-        raise ValueError("q_rope and k_rope must be given together (or neither)")
+    check_rope_pair(door, q_rope, k_rope)
     if q_rope is not None:
         q_rope = check_operand("q_rope", q_rope, 4, "(B, H, Sq, Dr)")
         k_rope = check_operand("k_rope", k_rope, 4, "(B, Hr, Sk, Dr)")
@@ -377,11 +376,11 @@ class Door:
     door's (CANN: ``query``, ``key``, ``value``); ``shapes`` gives q's, k's and v's shapes in
     the door's own words and layout; ``order[i]`` is the kernel axis (0 B, 1 H, 2 S, 3 D) of the
     door's axis ``i`` (flash_attn's (B, S, H, D): ``(0, 2, 1, 3)``; a packed (T, H, D) layout:
-    ``(2, 1, 3)``, B = 1; ``ndim`` where the door's rank differs, CANN's BSH [B, S, N*D], which its
-reader splits); ``symbols`` maps the kernel's size names (B, H, Hkv, Sq, Sk, Dqk, Dv)
-    to the door's. ``packed``: the T axis may be empty (a packed batch of no tokens). ``note``
-    ends a shape message where the shapes shown are not the user's own (CANN's BSH/SBH, read as
-    [B, N, S, D]).
+    ``(2, 1, 3)``, B = 1); ``ndim`` is the operands' rank where it differs from ``len(order)``
+    (CANN's BSH [B, S, N*D], which its reader splits); ``symbols`` maps the kernel's size names
+    (B, H, Hkv, Sq, Sk, Dqk, Dv) to the door's. ``packed``: the T axis may be empty (a packed
+    batch of no tokens). ``note`` ends a shape message where the shapes shown are not the
+    user's own (CANN's BSH/SBH, read as [B, N, S, D]).
     """
 
     names: tuple[tuple[str, str], ...] = ()
@@ -446,7 +445,7 @@ def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarra
 
     The one operand rule of every entry point: numpy arrays of one float dtype, no empty dim
     (but a packed T), k with q's batch and head dim, q's heads a multiple of k's (GQA), v with
-    k's batch, heads and length. ``to_kernel`` (default :meth:`Door.to_kernel` of each
+    k's batch, heads and length. ``to_kernel`` (default ``Door.to_kernel`` of each
     operand) reads the door's layout as (B, H, S, D), e.g. CANN's BSH split by ``head_num``.
     """
     qn, kn, vn = (door.name(n) for n in "qkv")
@@ -480,6 +479,13 @@ def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"{vn} must have shape {door.shapes[2]} = {want} as {kn}; got "
                          f"{door.show(v4)}{note}")
     return q4, k4, v4
+
+
+def check_rope_pair(door: Door, q_rope, k_rope) -> None:
+    """The rope operands come together or not at all (MLA's ``q_rope``/``k_rope``)."""
+    if (q_rope is None) != (k_rope is None):
+        raise ValueError(f"{door.name('q_rope')} and {door.name('k_rope')} must be given together "
+                         f"(or neither)")
 
 
 def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q"

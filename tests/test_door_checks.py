@@ -41,7 +41,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
                                           "= head_num, D 1..768, D_v <= D: the operator's ranges"),
     ("cann/operator.py", "_check_options"): (1, "inner_precise 0..2 (the operator's attribute)"),
     ("cann/operator.py", "_setup"): (3, "softmax_layout and actual_seq_* belong to TND only"),
-    ("cann/operator.py", "_rope_operands"): (5, "the rope operands read in the query's/key's layout; "
+    ("cann/operator.py", "_rope_operands"): (4, "the rope operands read in the query's/key's layout; "
                                                 "Dr % 8 == 0 and Dr <= D (the operator's rule)"),
     ("cann/operator.py", "_softmax_operand"): (3, "the operator's softmax statistics [..., 8] float32"),
     ("cann/operator.py", "lse_from_stats"): (1, "a softmax row of the operator's statistics"),

@@ -149,6 +149,7 @@ from flashlab.validation import (
     check_like,
     check_offset,
     check_operand,
+    check_rope_pair,
     check_same_dtype,
     check_scale,
     check_seed,
@@ -224,10 +225,9 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
     with ``N1 % Nr == 0``, ``Dr % 8 == 0`` and ``Dr <= D``. For BSH/SBH, ``Dr = H_qr / head_num``
     and ``Nr = H_kr / Dr``.
     """
-    if query_rope is None and key_rope is None:
-        return None, None
+    check_rope_pair(DOORS[st.layout], query_rope, key_rope)
     if query_rope is None or key_rope is None:
-        raise ValueError("query_rope and key_rope must be given together (or neither)")
+        return None, None
     layout, N1 = st.layout, st.dims.N1
     if layout in ("BSH", "SBH"):
         dims = "[B, S, N*Dr]" if layout == "BSH" else "[S, B, N*Dr]"
@@ -380,8 +380,8 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
     stream: none of them is returned here.
 
-    Extensions and deliberate differences
-    -------------------------------------
+    **Extensions and deliberate differences.**
+
     * float64 inputs are accepted (computed in float64, ``softmax_max``/``softmax_sum``
       float64), so that gradients can be checked at float64 accuracy; the device takes
       float16, bfloat16 and float32. The other extensions are listed in the module docstring
