@@ -391,14 +391,30 @@ class Door:
     note: str = ""
     #: the operands' rank in the door's layout; 0: ``len(order)`` (CANN's BSH: 3, read as 4-D)
     ndim: int = 0
+    # derived once in __post_init__ (the per-call checks only read them)
+    _names: dict = field(init=False, repr=False, compare=False)
+    _symbols: dict = field(init=False, repr=False, compare=False)
+    _perm: tuple | None = field(init=False, repr=False, compare=False)
+    _qkv: tuple = field(init=False, repr=False, compare=False)
+    _rank: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the tables as dicts and the transpose to (B, H, S, D), once per door (not per call)
+        inverse = tuple(int(i) for i in np.argsort(self.order))
+        perm = (0,) + tuple(1 + i for i in inverse) if len(self.order) == 3 else inverse
+        object.__setattr__(self, "_names", dict(self.names))
+        object.__setattr__(self, "_symbols", dict(self.symbols))
+        object.__setattr__(self, "_perm", None if perm == (0, 1, 2, 3) else perm)
+        object.__setattr__(self, "_qkv", tuple(self.name(n) for n in ("q", "k", "v")))
+        object.__setattr__(self, "_rank", self.ndim or len(self.order))
 
     def name(self, n: str) -> str:
         """The door's name for the kernel API's argument ``n``."""
-        return dict(self.names).get(n, n)
+        return self._names.get(n, n)
 
     def symbol(self, s: str) -> str:
         """The door's name for the kernel's size ``s`` (B, H, Hkv, Sq, Sk, Dqk, Dv)."""
-        return dict(self.symbols).get(s, s)
+        return self._symbols.get(s, s)
 
     def show(self, x4: np.ndarray | tuple) -> tuple:
         """A (B, H, S, D) shape in the door's axis order."""
@@ -409,10 +425,7 @@ class Door:
         """The door's array as a (B, H, S, D) view (packed: B = 1)."""
         if len(self.order) == 3:
             x = x[None]
-            perm = (0,) + tuple(1 + i for i in np.argsort(self.order))
-            return x.transpose(perm) if perm != (0, 1, 2, 3) else x
-        perm = tuple(int(i) for i in np.argsort(self.order))
-        return x if perm == (0, 1, 2, 3) else x.transpose(perm)
+        return x if self._perm is None else x.transpose(self._perm)
 
 
 #: the kernel API's own names and layout (B, H, S, D)
@@ -448,19 +461,22 @@ def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarra
     k's batch, heads and length. ``to_kernel`` (default ``Door.to_kernel`` of each
     operand) reads the door's layout as (B, H, S, D), e.g. CANN's BSH split by ``head_num``.
     """
-    qn, kn, vn = (door.name(n) for n in "qkv")
-    ndim = door.ndim or len(door.order)
-    for n, x, shape in zip((qn, kn, vn), (q, k, v), door.shapes):
-        check_operand(n, x, ndim, shape)
-    check_same_dtype(door, q, k=k, v=v)
-    for n, x, shape in zip((qn, kn, vn), (q, k, v), door.shapes):
-        if min(x.shape[1:] if door.packed else x.shape) < 1:
+    qn, kn, vn = door._qkv
+    for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
+        check_operand(n, x, door._rank, shape)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        check_same_dtype(door, q, k=k, v=v)
+    first = 1 if door.packed else 0           # a packed T may be 0
+    for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
+        if min(x.shape[first:]) < 1:
             raise ValueError(f"{n} must have every dim >= 1{' but T' if door.packed else ''} for "
                              f"shape {shape}; got shape {x.shape}")
-    if to_kernel is None:
-        q4, k4, v4 = door.to_kernel(q), door.to_kernel(k), door.to_kernel(v)
-    else:
+    if to_kernel is not None:
         q4, k4, v4 = to_kernel(q, k, v)
+    elif door._perm is None and not door.packed:
+        q4, k4, v4 = q, k, v
+    else:
+        q4, k4, v4 = door.to_kernel(q), door.to_kernel(k), door.to_kernel(v)
     B, H, _, Dqk = q4.shape
     Hkv, Sk = k4.shape[1], k4.shape[2]
     s, ks, note = door.symbol, door.shapes[1], door.note
@@ -584,7 +600,7 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
                 n -= 1
             # kept as empty sequences after the last used one (the caller may drop them)
             bounds = [0] + e[:n] + [e[n - 1]] * (len(e) - n) if e else []
-        if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != total \
+        if not bounds or bounds[0] != 0 or bounds[-1] != total \
                 or any(b < a for a, b in zip(bounds, bounds[1:])):
             raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 to the {what} "
                              f"token count T={total} (lengths 2, 2, 2 -> {example}); got {e}")
