@@ -23,7 +23,17 @@ from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_split
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
-from flashlab.validation import Problem, check_lse, check_output_like, contiguous, prepare, scan_kv, scores_may_overflow
+from flashlab.validation import (
+    KERNEL,
+    Door,
+    Problem,
+    check_lse,
+    check_output_like,
+    contiguous,
+    prepare,
+    scan_kv,
+    scores_may_overflow,
+)
 
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 
@@ -269,16 +279,19 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     return tiles.reshape(B, H, -1)
 
 
-def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _backward_operands(p: Problem, do, o, lse, door: Door | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
     """
     B, H, _, Sq, _, _, Dv = p.shape
+    door = KERNEL if door is None else door
     for name, x in (("do", do), ("o", o)):
-        check_output_like(name, x, p)
-    check_lse("lse", lse, (B, H, Sq), "(B, H, Sq)")
+        check_output_like(door.name(name), x, p)
+    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
     return contiguous(do), contiguous(o), contiguous(lse)
 
@@ -292,9 +305,10 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
-                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """Run the backward kernels on a validated problem.
+def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
+                        door: Door | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Run the backward kernels on a validated problem (``door``: whose names the messages
+    about ``do``, ``o``, ``lse`` use).
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -303,7 +317,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = _backward_operands(p, do, o, lse)
+    do, o, lse = _backward_operands(p, do, o, lse, door)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
@@ -425,7 +439,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
     with serial_if_small(p):
-        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
+        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
         out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)

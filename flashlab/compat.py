@@ -291,8 +291,10 @@ def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, sof
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, seed, B, H)
     for name, x in (("dout", dout), ("out", out)):
-        check_like(name, x, (B, Sq, H, Dv), "(batch_size, seqlen_q, nheads, headdim_v)", q.dtype)
-    check_lse("softmax_lse", softmax_lse, (B, H, Sq), "(batch_size, nheads, seqlen_q)")
+        # shapes in flash_attn's layout here; the kernel API's backward scans them (our names)
+        check_like(name, x, (B, Sq, H, Dv), "(batch_size, seqlen_q, nheads, headdim_v)", q.dtype,
+                   scan=False)
+    check_lse("softmax_lse", softmax_lse, (B, H, Sq), "(batch_size, nheads, seqlen_q)", scan=False)
     grads = flash_attention_backward(_bhsd(dout), qh, kh, vh, _bhsd(out), softmax_lse, door=FLASH_ATTN,
                                      **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
     return tuple(_bshd(g) for g in grads)
@@ -401,8 +403,8 @@ def flash_attn_varlen_func_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_
                     deterministic, seed, len(pk.ranges), pk.H)
     Tq = q.shape[0]
     for name, x in (("dout", dout), ("out", out)):
-        check_like(name, x, (Tq, pk.H, pk.Dv), "(total_q, nheads, headdim_v)", q.dtype)
-    check_lse("softmax_lse", softmax_lse, (pk.H, Tq), "(nheads, total_q)")
+        check_like(name, x, (Tq, pk.H, pk.Dv), "(total_q, nheads, headdim_v)", q.dtype, scan=False)
+    check_lse("softmax_lse", softmax_lse, (pk.H, Tq), "(nheads, total_q)", scan=False)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     for b, ((q0, q1, k0, k1), offset) in enumerate(zip(pk.ranges, pk.offsets)):
         if q1 == q0 or k1 == k0:

@@ -504,11 +504,12 @@ def check_rope_pair(door: Door, q_rope, k_rope) -> None:
                          f"(or neither)")
 
 
-def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q"
-               ) -> np.ndarray:
+def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q",
+               *, scan: bool = True) -> np.ndarray:
     """A gradient-side operand (``do``, ``o``; flash_attn's ``dout``, ``out``; CANN's ``dy``,
     ``attention_in``): a finite numpy array of shape ``expected`` (described as ``shape``) and
-    ``dtype`` (``dtype_of``'s). Returns ``x`` unchanged."""
+    ``dtype`` (``dtype_of``'s). Returns ``x`` unchanged. ``scan=False`` leaves the NaN/inf scan
+    to the kernel API's backward, which a front door calls next with its own names (one pass)."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray of shape {shape} = {expected}; "
                         f"got {type(x).__name__}")
@@ -516,14 +517,15 @@ def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype
         raise ValueError(f"{name} must have shape {shape} = {expected}; got {x.shape}")
     if x.dtype != dtype:
         raise TypeError(f"{name} must have {dtype_of}'s dtype {dtype}; got {x.dtype}")
-    if not np.isfinite(x).all():
+    if scan and not np.isfinite(x).all():
         raise ValueError(f"{name} contains NaN or inf; it must be finite")
     return x
 
 
-def check_lse(name: str, lse, expected: tuple, shape: str) -> np.ndarray:
+def check_lse(name: str, lse, expected: tuple, shape: str, *, scan: bool = True) -> np.ndarray:
     """The forward's LSE handed to a backward: float32/float64 of shape ``expected``, no NaN or
-    ``+inf`` (``-inf`` is a row with no allowed key). Returns it unchanged."""
+    ``+inf`` (``-inf`` is a row with no allowed key). Returns it unchanged. ``scan`` as in
+    :func:`check_like`."""
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray of shape {shape} = {expected}; "
                         f"got {type(lse).__name__}")
@@ -531,7 +533,7 @@ def check_lse(name: str, lse, expected: tuple, shape: str) -> np.ndarray:
         raise ValueError(f"{name} must have shape {shape} = {expected}; got {lse.shape}")
     if lse.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must be float32 or float64 (as the forward returns it); got {lse.dtype}")
-    if np.isnan(lse).any() or (lse == np.inf).any():
+    if scan and (np.isnan(lse).any() or (lse == np.inf).any()):
         raise ValueError(f"{name} contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     return lse
 

@@ -221,3 +221,23 @@ def test_reference_backward_refuses_what_the_kernel_backward_refuses(bad, exc, m
         flashlab.flash_attention_backward(do, **x, o=o, lse=lse)
     with pytest.raises(exc, match=match):
         flashlab.attention_reference_backward(do, **x)
+
+
+def test_backward_gradient_operands_named_as_each_door_spells_them():
+    """NaN in the incoming gradient: ``do`` (kernel API), ``dout`` (flash_attn), ``dy`` (CANN),
+    one rule (validation.check_output_like via the kernel API's backward), one message stem."""
+    x = good()
+    o, lse = flashlab.flash_attention(**x)
+    bad = np.full_like(o, np.nan)
+    with pytest.raises(ValueError, match=r"^do contains NaN or inf"):
+        flashlab.flash_attention_backward(bad, **x, o=o, lse=lse)
+    q, k, v = (_bshd(x[n]) for n in ("q", "k", "v"))
+    out, slse = compat.flash_attn_func(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match=r"^dout contains NaN or inf"):
+        compat.flash_attn_func_backward(np.full_like(out, np.nan), q, k, v, out, slse)
+    with pytest.raises(ValueError, match=r"^softmax_lse contains NaN"):
+        compat.flash_attn_func_backward(out, q, k, v, out, np.full_like(slse, np.nan))
+    ao, smax, ssum = cann.flash_attention_score(x["q"], x["k"], x["v"], H, "BNSD")
+    with pytest.raises(ValueError, match=r"^dy contains NaN or inf"):
+        cann.flash_attention_score_grad(x["q"], x["k"], x["v"], np.full_like(ao, np.nan), H, "BNSD",
+                                        softmax_max=smax, softmax_sum=ssum, attention_in=ao)

@@ -430,7 +430,9 @@ def _grad_operand(name: str, x, st: Setup, dim: int) -> np.ndarray:
     """dy / attention_in in the query's layout -> canonical (B, N1, Sq, Dv) or (T, N1, Dv)."""
     d = st.dims
     expected = (d.Sq, d.N1, dim) if st.varlen else layout_shape(st.layout, d.B, d.N1, d.Sq, dim)
-    check_like(name, x, expected, f"attention_out's (layout {st.layout})", st.io_dtype, "query")
+    # scanned for NaN/inf by the kernel API's backward, which names it as here
+    check_like(name, x, expected, f"attention_out's (layout {st.layout})", st.io_dtype, "query",
+               scan=False)
     return as_compute(x if st.varlen else to_bnsd(x, st.layout, d.N1))
 
 
