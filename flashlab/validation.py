@@ -31,6 +31,7 @@ from flashlab.tiling import FORWARD_BLOCK
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype", "check_rope_pair",
+           "check_rope",
            "check_like", "check_lse", "check_scale", "check_dropout", "check_seed", "check_offset",
            "packed_sequences"]
 
@@ -244,17 +245,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     if q_rope is not None:
         q_rope = check_operand("q_rope", q_rope, 4, "(B, H, Sq, Dr)")
         k_rope = check_operand("k_rope", k_rope, 4, "(B, Hr, Sk, Dr)")
-        for name, x in (("q_rope", q_rope), ("k_rope", k_rope)):
-            if x.dtype != q.dtype:
-                raise TypeError(f"{name} must have q's dtype {q.dtype}; got {x.dtype}")
-        if q_rope.shape[:3] != (B, H, Sq):
-            raise ValueError(f"q_rope must have shape (B, H, Sq, Dr) = ({B}, {H}, {Sq}, Dr); got {q_rope.shape}")
-        Dr = q_rope.shape[3]
-        if k_rope.shape[0] != B or k_rope.shape[2] != Sk or k_rope.shape[3] != Dr:
-            raise ValueError(f"k_rope must have shape (B, Hr, Sk, Dr) = ({B}, Hr, {Sk}, {Dr}); got {k_rope.shape}")
-        if H % k_rope.shape[1] != 0:
-            raise ValueError(f"k_rope must have shape (B, Hr, Sk, Dr) with q's heads H={H} a multiple "
-                             f"of k_rope's heads Hr (H % Hr == 0); got k_rope {k_rope.shape}")
+        check_rope(door, q, k, q_rope, k_rope)
 
     if scale is None:
         scale = 1.0 / math.sqrt(Dqk + (0 if q_rope is None else q_rope.shape[3]))
@@ -385,6 +376,8 @@ class Door:
 
     names: tuple[tuple[str, str], ...] = ()
     shapes: tuple[str, str, str] = ("(B, H, Sq, Dqk)", "(B, Hkv, Sk, Dqk)", "(B, Hkv, Sk, Dv)")
+    #: q_rope's and k_rope's shapes in the door's words
+    rope_shapes: tuple[str, str] = ("(B, H, Sq, Dr)", "(B, Hr, Sk, Dr)")
     order: tuple[int, ...] = (0, 1, 2, 3)
     symbols: tuple[tuple[str, str], ...] = ()
     packed: bool = False
@@ -502,6 +495,34 @@ def check_rope_pair(door: Door, q_rope, k_rope) -> None:
     if (q_rope is None) != (k_rope is None):
         raise ValueError(f"{door.name('q_rope')} and {door.name('k_rope')} must be given together "
                          f"(or neither)")
+
+
+def check_rope(door: Door, q4: np.ndarray, k4: np.ndarray, qr4: np.ndarray, kr4: np.ndarray) -> None:
+    """The rope operands against q and k, all four as (B, H, S, D) views (named and shown as
+    ``door`` does): q's dtype, ``q_rope`` (B, H, Sq, Dr), ``k_rope`` (B, Hr, Sk, Dr) with
+    ``H % Hr == 0`` (MLA: Hr = 1, one rope key shared by every head)."""
+    if qr4.dtype != q4.dtype or kr4.dtype != q4.dtype:
+        check_same_dtype(door, q4, q_rope=qr4, k_rope=kr4)
+    B, H, Sq, _ = q4.shape
+    Sk = k4.shape[2]
+    qs, ks = door.rope_shapes
+    qn, qrn, krn = door.name("q"), door.name("q_rope"), door.name("k_rope")
+    s, note = door.symbol, door.note
+
+    def want(shape):
+        return "(" + ", ".join(str(w) for w in door.show(shape)) + ")"
+
+    if qr4.shape[:3] != (B, H, Sq):
+        raise ValueError(f"{qrn} must have shape {qs} = {want((B, H, Sq, 'Dr'))}; got "
+                         f"{door.show(qr4)}{note}")
+    Dr = qr4.shape[3]
+    if kr4.shape[0] != B or kr4.shape[2] != Sk or kr4.shape[3] != Dr:
+        raise ValueError(f"{krn} must have shape {ks} = {want((B, s('Hr'), Sk, Dr))}; got "
+                         f"{door.show(kr4)}{note}")
+    if H % kr4.shape[1] != 0:
+        raise ValueError(f"{krn} must have shape {ks} with {qn}'s heads {s('H')}={H} a multiple "
+                         f"of {krn}'s heads {s('Hr')} ({s('H')} % {s('Hr')} == 0); got {krn} "
+                         f"{door.show(kr4)}{note}")
 
 
 def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q",

@@ -41,8 +41,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
                                           "= head_num, D 1..768, D_v <= D: the operator's ranges"),
     ("cann/operator.py", "_check_options"): (1, "inner_precise 0..2 (the operator's attribute)"),
     ("cann/operator.py", "_setup"): (3, "softmax_layout and actual_seq_* belong to TND only"),
-    ("cann/operator.py", "_rope_operands"): (4, "the rope operands read in the query's/key's layout; "
-                                                "Dr % 8 == 0 and Dr <= D (the operator's rule)"),
+    ("cann/operator.py", "_rope_operands"): (1, "Dr % 8 == 0 and Dr <= D (the operator's rule)"),
     ("cann/operator.py", "_softmax_operand"): (3, "the operator's softmax statistics [..., 8] float32"),
     ("cann/operator.py", "lse_from_stats"): (1, "a softmax row of the operator's statistics"),
     ("cann/operator.py", "flash_attention_score_grad"): (1, "softmax_in, the operator's reserved input"),

@@ -18,23 +18,28 @@ __all__ = ["Dims", "DOORS", "to_bnsd", "from_bnsd", "layout_shape", "split_hidde
 #: the operator's names for the kernel API's arguments
 _NAMES = (("q", "query"), ("k", "key"), ("v", "value"), ("q_rope", "query_rope"),
           ("k_rope", "key_rope"), ("do", "dy"), ("o", "attention_in"))
-_SYMBOLS = (("H", "N"), ("Hkv", "N_kv"), ("Sk", "Skv"), ("Dqk", "D"))
+_SYMBOLS = (("H", "N"), ("Hkv", "N_kv"), ("Sk", "Skv"), ("Dqk", "D"), ("Hr", "N_r"))
 _READ = " (read as [B, N, S, D] from layout {})"
 
 #: each layout's table for :func:`flashlab.validation.operands`: the operator's names, its
 #: shapes, and the axis order of (B, N, S, D) in the layout (BSH/SBH: shown as read)
 DOORS = {
     "BSH": Door(names=_NAMES, shapes=("[B, S, N*D]", "[B, S, N_kv*D]", "[B, S, N_kv*Dv]"),
+                rope_shapes=("[B, S, N*Dr]", "[B, S, N_r*Dr]"),
                 order=(0, 1, 2, 3), ndim=3, symbols=_SYMBOLS, note=_READ.format("BSH")),
     "SBH": Door(names=_NAMES, shapes=("[S, B, N*D]", "[S, B, N_kv*D]", "[S, B, N_kv*Dv]"),
+                rope_shapes=("[S, B, N*Dr]", "[S, B, N_r*Dr]"),
                 order=(0, 1, 2, 3), ndim=3, symbols=_SYMBOLS, note=_READ.format("SBH")),
     "BSND": Door(names=_NAMES, shapes=("[B, Sq, N, D]", "[B, Skv, N_kv, D]", "[B, Skv, N_kv, Dv]"),
+                 rope_shapes=("[B, Sq, N, Dr]", "[B, Skv, N_r, Dr]"),
                  order=(0, 2, 1, 3), symbols=_SYMBOLS),
     "BNSD": Door(names=_NAMES, shapes=("[B, N, Sq, D]", "[B, N_kv, Skv, D]", "[B, N_kv, Skv, Dv]"),
+                 rope_shapes=("[B, N, Sq, Dr]", "[B, N_r, Skv, Dr]"),
                  symbols=_SYMBOLS),
     "TND": Door(names=_NAMES, shapes=("[T_q, N, D]", "[T_kv, N_kv, D]", "[T_kv, N_kv, Dv]"),
+                rope_shapes=("[T_q, N, Dr]", "[T_kv, N_r, Dr]"),
                 order=(2, 1, 3), packed=True,
-                symbols=_SYMBOLS[:2] + (("Sq", "T_q"), ("Sk", "T_kv"), ("Dqk", "D"))),
+                symbols=_SYMBOLS[:2] + (("Sq", "T_q"), ("Sk", "T_kv"), ("Dqk", "D"), ("Hr", "N_r"))),
 }
 
 

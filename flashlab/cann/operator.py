@@ -149,6 +149,7 @@ from flashlab.validation import (
     check_like,
     check_offset,
     check_operand,
+    check_rope,
     check_rope_pair,
     check_same_dtype,
     check_scale,
@@ -243,24 +244,17 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
     else:  # TND
         qr = check_operand("query_rope", query_rope, 3, "[T, N, Dr]")
         kr = check_operand("key_rope", key_rope, 3, "[T, N, Dr]")
-    check_same_dtype(DOORS[layout], np.empty(0, st.io_dtype), q_rope=qr, k_rope=kr)
-    # heads are axis 1 in (B, N, S, D) and in (T, N, D); compare every other axis but the last
-    if qr.shape[:-1] != st.q.shape[:-1]:
-        raise ValueError(f"query_rope must match query in every axis but the last (layout {layout}): "
-                         f"{tuple(st.q.shape[:-1])} after reading the layout; got {tuple(qr.shape[:-1])}")
-    others = (kr.shape[:1] + kr.shape[2:-1], st.k.shape[:1] + st.k.shape[2:-1])
-    if others[0] != others[1] or kr.shape[-1] != qr.shape[-1]:
-        raise ValueError(f"key_rope must match key in every axis but the heads and the last, and have "
-                         f"query_rope's Dr={qr.shape[-1]} (layout {layout}); got key_rope "
-                         f"{tuple(kr.shape)} for key {tuple(st.k.shape)} after reading the layout")
+    door = DOORS[layout]
+    check_same_dtype(door, np.empty(0, st.io_dtype), q_rope=qr, k_rope=kr)
+    qr, kr = as_compute(qr), as_compute(kr)      # st.q, st.k are in the compute dtype too
+    # validation's rule on (B, N, S, D) views (TND: (1, N, T, D)), named and shown as the operator's
+    view = (lambda x: x[None].transpose(0, 2, 1, 3)) if st.varlen else (lambda x: x)
+    check_rope(door, view(st.q), view(st.k), view(qr), view(kr))
     dr, d = qr.shape[-1], st.dims.D
     if dr % 8 != 0 or dr > d:
         raise ValueError(f"query_rope's head dim Dr must be a multiple of 8 and <= D={d} "
                          f"(the rope operands' rule); got Dr={dr}")
-    if N1 % kr.shape[1] != 0:
-        raise ValueError(f"head_num={N1} must be a multiple of key_rope's head count {kr.shape[1]} "
-                         f"(MLA: 1, one key_rope shared by all heads)")
-    return as_compute(qr), as_compute(kr)
+    return qr, kr
 
 
 def _to_layout(x: np.ndarray, st: Setup) -> np.ndarray:
