@@ -23,7 +23,17 @@ from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_split
 from flashlab.kernels.forward import flash_forward_kernel
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
-from flashlab.validation import Problem, check_output_like, contiguous, prepare, scan_kv, scores_may_overflow
+from flashlab.validation import (
+    KERNEL,
+    Door,
+    Problem,
+    check_lse,
+    check_output_like,
+    contiguous,
+    prepare,
+    scan_kv,
+    scores_may_overflow,
+)
 
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 
@@ -176,7 +186,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
 def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                     q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
                     alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
-                    block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1]):
+                    block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], door=None):
     """Tiled FlashAttention forward (online softmax; nothing of size Sq x Sk is stored).
 
     Parameters
@@ -205,6 +215,9 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
         512 x 256) were the fastest measured on this machine
+    door : how the error messages name the arguments (:class:`flashlab.validation.Door`):
+        a front door that has translated its operands passes its own table; default the
+        names above
 
     Returns
     -------
@@ -242,7 +255,7 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k,
+                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door,
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
@@ -266,24 +279,19 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     return tiles.reshape(B, H, -1)
 
 
-def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _backward_operands(p: Problem, do, o, lse, door: Door | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
     """
     B, H, _, Sq, _, _, Dv = p.shape
+    door = KERNEL if door is None else door
     for name, x in (("do", do), ("o", o)):
-        check_output_like(name, x, p)
-    if not isinstance(lse, np.ndarray):
-        raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
-                        f"got {type(lse).__name__}")
-    if lse.shape != (B, H, Sq):
-        raise ValueError(f"lse must have shape (B, H, Sq) = {(B, H, Sq)}; got {lse.shape}")
-    if lse.dtype not in (np.float32, np.float64):
-        raise TypeError(f"lse must be float32 or float64 (as flash_attention returns it); got {lse.dtype}")
-    if np.isnan(lse).any() or (lse == np.inf).any():
-        raise ValueError("lse contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
+        check_output_like(door.name(name), x, p)
+    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
     return contiguous(do), contiguous(o), contiguous(lse)
 
@@ -297,9 +305,10 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
-                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """Run the backward kernels on a validated problem.
+def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
+                        door: Door | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Run the backward kernels on a validated problem (``door``: whose names the messages
+    about ``do``, ``o``, ``lse`` use).
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -308,7 +317,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = _backward_operands(p, do, o, lse)
+    do, o, lse = _backward_operands(p, do, o, lse, door)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
@@ -373,7 +382,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, w
                              mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
                              alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0,
                              offset=0, return_dbias=False, block_q=BACKWARD_BLOCK[0],
-                             block_k=BACKWARD_BLOCK[1]):
+                             block_k=BACKWARD_BLOCK[1], door=None):
     """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
 
     Parameters
@@ -386,6 +395,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
         :data:`~flashlab.tiling.BACKWARD_BLOCK`, 512 x 256), independent of the forward's
+    door : as in :func:`flash_attention` (the names the error messages use)
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)
@@ -424,12 +434,12 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k)
+                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door)
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
     with serial_if_small(p):
-        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias))
+        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
         out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)

@@ -53,6 +53,16 @@ same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
 
 Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
+
+**What this door does: translate, check nothing itself.** It reads flash_attn's layout
+((batch, seqlen, nheads, headdim), packed (total, nheads, headdim)) as flashlab's (B, H, S, D),
+turns the bottom-right ``window_size``/``causal`` into the top-left band and cuts a packed
+batch into sequences. Every check is a rule of :mod:`flashlab.validation` called with
+flash_attn's names (:data:`FLASH_ATTN`, :data:`FLASH_ATTN_VARLEN`: ``q`` of shape
+``(batch_size, seqlen_q, nheads, headdim)``, ``softmax_scale``, ``window_size``,
+``cu_seqlens_q``, ...), the same rules the kernel API and the CANN operator run; only
+flash_attn-only features it lacks raise here (``softcap != 0``, ``block_table``:
+``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -65,9 +75,20 @@ from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
-from flashlab.validation import FLOAT_DTYPES, FLOAT_NAMES, check_alibi_slopes, check_pair
+from flashlab.validation import (
+    Door,
+    check_alibi_slopes,
+    check_dropout,
+    check_like,
+    check_lse,
+    check_pair,
+    check_scale,
+    check_seed,
+    operands,
+    packed_sequences,
+)
 
-__all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
+__all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
            "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
 
 
@@ -101,27 +122,22 @@ def band_from_window(sq: int, sk: int, causal: bool = False,
     return left, right
 
 
-# ------------------------------------------------------------------------------ checks
-def _array(name: str, x, ndim: int, shape: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape}; got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got shape {x.shape}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
-    return x
-
-
-def _same_dtype(q: np.ndarray, **others: np.ndarray) -> None:
-    for name, x in others.items():
-        if x.dtype != q.dtype:
-            raise TypeError(f"{name} must have q's dtype {q.dtype}; got {x.dtype}")
-
-
-def _heads(q_heads: int, k_heads: int) -> None:
-    if q_heads % k_heads != 0:
-        raise ValueError(f"k must have a head count nheads_k dividing q's nheads={q_heads} "
-                         f"(MQA/GQA); got nheads_k={k_heads}")
+# ------------------------------------------------------------------------------ the door's table
+_SYMBOLS = (("B", "batch_size"), ("H", "nheads"), ("Hkv", "nheads_k"), ("Sq", "seqlen_q"),
+            ("Sk", "seqlen_k"), ("Dqk", "headdim"), ("Dv", "headdim_v"))
+#: flash_attn's names and (batch, seqlen, nheads, headdim) layout, for the checks' messages
+FLASH_ATTN = Door(names=(("scale", "softmax_scale"), ("lse", "softmax_lse"), ("do", "dout"),
+                         ("o", "out")),
+                  shapes=("(batch_size, seqlen_q, nheads, headdim)",
+                          "(batch_size, seqlen_k, nheads_k, headdim)",
+                          "(batch_size, seqlen_k, nheads_k, headdim_v)"),
+                  order=(0, 2, 1, 3), symbols=_SYMBOLS)
+#: the varlen functions' packed (total, nheads, headdim) layout
+FLASH_ATTN_VARLEN = Door(names=FLASH_ATTN.names,
+                         shapes=("(total_q, nheads, headdim)", "(total_k, nheads_k, headdim)",
+                                 "(total_k, nheads_k, headdim_v)"),
+                         order=(2, 1, 3), packed=True,
+                         symbols=_SYMBOLS[:3] + (("Sq", "total_q"), ("Sk", "total_k")) + _SYMBOLS[5:])
 
 
 @dataclass(frozen=True)
@@ -159,10 +175,8 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
     and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
     """
-    dropout_p = as_real("dropout_p", dropout_p, lo=0.0, hi=1.0, hi_open=True,
-                        what="a real number in [0, 1)")
-    if softmax_scale is not None:
-        softmax_scale = as_real("softmax_scale", softmax_scale, what="a real number or None")
+    dropout_p = check_dropout("dropout_p", dropout_p)
+    softmax_scale = check_scale("softmax_scale", softmax_scale)
     causal = as_bool("causal", causal)
     as_bool("deterministic", deterministic)
     window_size = check_pair("window_size", window_size, "ints >= -1")
@@ -178,7 +192,7 @@ def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slope
              seed, batch: int, heads: int) -> _Options:
     dropout_p, softmax_scale, causal, window_size = scalar_options(
         dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
-    seed = as_int("seed", seed, lo=0, hi=2**64 - 1, what="an int in [0, 2**64)")
+    seed = check_seed("seed", seed)
     if alibi_slopes is not None:
         # validation's rule, on the whole array before a varlen call cuts it into sequences
         check_alibi_slopes(alibi_slopes, batch, heads)
@@ -190,25 +204,6 @@ def _slopes_of(opts: _Options, b: slice) -> np.ndarray | None:
     """ALiBi slopes for the batch rows ``b``: (H,) as given, or (len(b), H) rows of (B, H)."""
     s = opts.alibi_slopes
     return s if s is None or s.ndim == 1 else s[b]
-
-
-def _check_padded(q, k, v) -> tuple[int, int, int, int, int, int]:
-    """Check q, k, v in flash_attn's (batch, seqlen, nheads, headdim); returns (B, Sq, Sk, H, Hkv, Dv)."""
-    q = _array("q", q, 4, "(batch_size, seqlen_q, nheads, headdim)")
-    k = _array("k", k, 4, "(batch_size, seqlen_k, nheads_k, headdim)")
-    v = _array("v", v, 4, "(batch_size, seqlen_k, nheads_k, headdim_v)")
-    _same_dtype(q, k=k, v=v)
-    B, Sq, H, D = q.shape
-    if min(q.shape) < 1:
-        raise ValueError(f"q must have every dim >= 1 in (batch_size, seqlen_q, nheads, headdim); got {q.shape}")
-    if k.shape[0] != B or k.shape[3] != D or min(k.shape) < 1:
-        raise ValueError(f"k must have shape (batch_size, seqlen_k, nheads_k, headdim) = ({B}, Sk, Hkv, {D}) "
-                         f"with Sk, Hkv >= 1; got {k.shape}")
-    _heads(H, k.shape[2])
-    if v.shape[:3] != k.shape[:3] or v.shape[3] < 1:
-        raise ValueError(f"v must have shape (batch_size, seqlen_k, nheads_k, headdim_v) = "
-                         f"{k.shape[:3] + ('Dv',)}; got {v.shape}")
-    return B, Sq, k.shape[1], H, k.shape[2], v.shape[3]
 
 
 def _bhsd(x: np.ndarray) -> np.ndarray:
@@ -267,11 +262,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     NotImplementedError
         ``softcap != 0``.
     """
-    B, Sq, Sk, H, _, _ = _check_padded(q, k, v)
+    qh, kh, vh = operands(FLASH_ATTN, q, k, v)
+    B, H, Sq, _ = qh.shape
+    Sk = kh.shape[2]
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, seed, B, H)
-    qh, kh, vh = _bhsd(q), _bhsd(k), _bhsd(v)
-    o, lse = flash_attention(qh, kh, vh, **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
+    o, lse = flash_attention(qh, kh, vh, door=FLASH_ATTN,
+                             **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
     out = _bshd(o)
     if return_attn_probs:
         return out, lse, _probs(qh, kh, vh, opts, opts.alibi_slopes, 0)
@@ -288,40 +285,22 @@ def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, sof
     given to the forward (``seed`` included). Returns ``(dq, dk, dv)`` with the shapes and
     dtype of ``q``, ``k``, ``v``; dk, dv are summed over the query heads sharing a kv head.
     """
-    B, Sq, Sk, H, _, Dv = _check_padded(q, k, v)
+    qh, kh, vh = operands(FLASH_ATTN, q, k, v)
+    B, H, Sq, _ = qh.shape
+    Sk, Dv = kh.shape[2], vh.shape[3]
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, seed, B, H)
     for name, x in (("dout", dout), ("out", out)):
-        _array(name, x, 4, f"(batch_size, seqlen_q, nheads, headdim_v) = {(B, Sq, H, Dv)}")
-        if x.shape != (B, Sq, H, Dv):
-            raise ValueError(f"{name} must have shape (batch_size, seqlen_q, nheads, headdim_v) = "
-                             f"{(B, Sq, H, Dv)}; got {x.shape}")
-    _same_dtype(q, dout=dout, out=out)
-    grads = flash_attention_backward(_bhsd(dout), _bhsd(q), _bhsd(k), _bhsd(v), _bhsd(out), softmax_lse,
+        # shapes in flash_attn's layout here; the kernel API's backward scans them (our names)
+        check_like(name, x, (B, Sq, H, Dv), "(batch_size, seqlen_q, nheads, headdim_v)", q.dtype,
+                   scan=False)
+    check_lse("softmax_lse", softmax_lse, (B, H, Sq), "(batch_size, nheads, seqlen_q)", scan=False)
+    grads = flash_attention_backward(_bhsd(dout), qh, kh, vh, _bhsd(out), softmax_lse, door=FLASH_ATTN,
                                      **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
     return tuple(_bshd(g) for g in grads)
 
 
 # ------------------------------------------------------------------------------ varlen
-def _cu_seqlens(name: str, cu, total: int, what: str) -> np.ndarray:
-    """Check cumulative sequence lengths: (batch + 1,) int32/int64, 0 first, non-decreasing, ``total`` last."""
-    if not isinstance(cu, np.ndarray) or cu.dtype not in (np.int32, np.int64):
-        raise TypeError(f"{name} must be an int32 or int64 numpy array (batch_size + 1,); got {cu!r}")
-    if cu.ndim != 1 or cu.shape[0] < 1:
-        raise ValueError(f"{name} must have shape (batch_size + 1,); got {cu.shape}")
-    if cu[0] != 0 or (np.diff(cu) < 0).any() or cu[-1] != total:
-        raise ValueError(f"{name} must start at 0, never decrease and end at the number of {what} "
-                         f"tokens {total}; got {cu.tolist()}")
-    return cu.astype(np.int64)
-
-
-def _max_seqlen(name: str, m, lengths: np.ndarray) -> None:
-    m = as_int(name, m)
-    longest = int(lengths.max(initial=0))
-    if m < longest:
-        raise ValueError(f"{name} must be >= the longest sequence, {longest}; got {m}")
-
-
 @dataclass(frozen=True)
 class _Packed:
     """Checked varlen operands: every sequence's token ranges and dropout counter offset."""
@@ -333,31 +312,17 @@ class _Packed:
 
 
 def _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> _Packed:
-    q = _array("q", q, 3, "(total_q, nheads, headdim)")
-    k = _array("k", k, 3, "(total_k, nheads_k, headdim)")
-    v = _array("v", v, 3, "(total_k, nheads_k, headdim_v)")
-    _same_dtype(q, k=k, v=v)
-    Tq, H, D = q.shape
-    if H < 1 or D < 1:
-        raise ValueError(f"q must have nheads, headdim >= 1 in (total_q, nheads, headdim); got {q.shape}")
-    if k.shape[2] != D or k.shape[1] < 1:
-        raise ValueError(f"k must have shape (total_k, nheads_k, headdim) with headdim={D} as q; got {k.shape}")
-    _heads(H, k.shape[1])
-    if v.shape[:2] != k.shape[:2] or v.shape[2] < 1:
-        raise ValueError(f"v must have shape (total_k, nheads_k, headdim_v) = {k.shape[:2] + ('Dv',)}; "
-                         f"got {v.shape}")
-    cq = _cu_seqlens("cu_seqlens_q", cu_seqlens_q, Tq, "query")
-    ck = _cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
-    if cq.shape != ck.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences; "
-                         f"got {cq.shape[0] - 1} and {ck.shape[0] - 1}")
-    lq, lk = np.diff(cq), np.diff(ck)
-    _max_seqlen("max_seqlen_q", max_seqlen_q, lq)
-    _max_seqlen("max_seqlen_k", max_seqlen_k, lk)
-    ranges = [(int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])) for b in range(len(lq))]
+    """The packed operands and sequences, checked by :mod:`flashlab.validation` in flash_attn's words."""
+    qh, _, vh = operands(FLASH_ATTN_VARLEN, q, k, v)
+    H = qh.shape[1]
+    ranges = packed_sequences(("cu_seqlens_q", "cu_seqlens_k"), cu_seqlens_q, cu_seqlens_k,
+                              (q.shape[0], k.shape[0]), leading_zero=True, example="[0, 2, 4, 6]",
+                              max_seqlens=(("max_seqlen_q", max_seqlen_q),
+                                           ("max_seqlen_k", max_seqlen_k)))
     # sequence b's dropout counters follow those of the (H, sq, sk) problems before it
-    offsets = np.concatenate([[0], np.cumsum(H * lq * lk)[:-1]]).astype(np.int64).tolist()
-    return _Packed(H, v.shape[2], ranges, offsets)
+    sizes = [H * (q1 - q0) * (k1 - k0) for q0, q1, k0, k1 in ranges]
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() if sizes else []
+    return _Packed(H, vh.shape[3], ranges, offsets)
 
 
 def _seq(x: np.ndarray, r0: int, r1: int) -> np.ndarray:
@@ -408,7 +373,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             continue
         qs, ks, vs = _seq(q, q0, q1), _seq(k, k0, k1), _seq(v, k0, k1)
         slopes = _slopes_of(opts, slice(b, b + 1))
-        o, lse = flash_attention(qs, ks, vs, **opts.kernel_kwargs(q1 - q0, k1 - k0, slopes, offset))
+        o, lse = flash_attention(qs, ks, vs, door=FLASH_ATTN, **opts.kernel_kwargs(q1 - q0, k1 - k0, slopes, offset))
         out[q0:q1] = _unseq(o)
         lse_rows.append((q0, q1, lse[0]))
         if probs is not None:
@@ -438,14 +403,8 @@ def flash_attn_varlen_func_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_
                     deterministic, seed, len(pk.ranges), pk.H)
     Tq = q.shape[0]
     for name, x in (("dout", dout), ("out", out)):
-        _array(name, x, 3, f"(total_q, nheads, headdim_v) = {(Tq, pk.H, pk.Dv)}")
-        if x.shape != (Tq, pk.H, pk.Dv):
-            raise ValueError(f"{name} must have shape (total_q, nheads, headdim_v) = "
-                             f"{(Tq, pk.H, pk.Dv)}; got {x.shape}")
-    _same_dtype(q, dout=dout, out=out)
-    if not isinstance(softmax_lse, np.ndarray) or softmax_lse.shape != (pk.H, Tq):
-        raise ValueError(f"softmax_lse must be a numpy array of shape (nheads, total_q) = {(pk.H, Tq)}; "
-                         f"got {getattr(softmax_lse, 'shape', type(softmax_lse).__name__)}")
+        check_like(name, x, (Tq, pk.H, pk.Dv), "(total_q, nheads, headdim_v)", q.dtype, scan=False)
+    check_lse("softmax_lse", softmax_lse, (pk.H, Tq), "(nheads, total_q)", scan=False)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     for b, ((q0, q1, k0, k1), offset) in enumerate(zip(pk.ranges, pk.offsets)):
         if q1 == q0 or k1 == k0:
@@ -453,6 +412,7 @@ def flash_attn_varlen_func_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_
         slopes = _slopes_of(opts, slice(b, b + 1))
         g = flash_attention_backward(_seq(dout, q0, q1), _seq(q, q0, q1), _seq(k, k0, k1),
                                      _seq(v, k0, k1), _seq(out, q0, q1), softmax_lse[None, :, q0:q1],
+                                     door=FLASH_ATTN,
                                      **opts.kernel_kwargs(q1 - q0, k1 - k0, slopes, offset))
         # every key row belongs to one sequence, so the slices never overlap
         dq[q0:q1], dk[k0:k1], dv[k0:k1] = (_unseq(x) for x in g)

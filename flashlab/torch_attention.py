@@ -34,9 +34,12 @@ returns it as a saved int64 tensor: the backward rebuilds the same keep mask fro
 (:mod:`flashlab.dropout`). With ``dropout_p == 0`` nothing is drawn, so the generator's stream
 is the same as without this layer.
 
-Every argument is checked once, by :func:`flashlab.validation.prepare` behind
-:mod:`flashlab.compat`; this module only checks what numpy cannot see (a tensor, on the CPU)
-and translates tensors to arrays (views, no copy; bfloat16 through ``ml_dtypes.bfloat16``).
+**What this door does: translate, check nothing itself.** Every argument is checked once,
+by :mod:`flashlab.validation`'s rules behind :mod:`flashlab.compat` (flash_attn's names, the
+same messages as the numpy doors; the scalar options by :func:`flashlab.compat.scalar_options`
+before the op, so a ``dropout_p='0.1'`` is refused in those words and not the op schema's).
+This module translates tensors to arrays (views, no copy; bfloat16 through
+``ml_dtypes.bfloat16``) and checks only what numpy cannot see: a tensor, on the CPU.
 """
 from __future__ import annotations
 

@@ -30,7 +30,10 @@ from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
-           "scores_may_overflow"]
+           "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype", "check_rope_pair",
+           "check_rope",
+           "check_like", "check_lse", "check_scale", "check_dropout", "check_seed", "check_offset",
+           "packed_sequences"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
 #: are computed in float32 and returned in their own dtype
@@ -103,30 +106,20 @@ class Problem:
         return keep_threshold(self.dropout_p)
 
 
-def _array4(name: str, x, expected: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of shape {expected}; got {type(x).__name__}")
-    if x.ndim != 4:
-        raise ValueError(f"{name} must have shape {expected} (4 dims); got shape {x.shape}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
-    if min(x.shape) < 1:
-        raise ValueError(f"{name} must have every dim >= 1 for shape {expected}; got shape {x.shape}")
-    return x
-
-
 def _positive_int(name: str, x) -> int:
     return as_int(name, x, lo=1, what="an int >= 1")
 
 
-def _finite(**arrays: np.ndarray) -> dict[str, float]:
-    """Raise if an array holds NaN or inf; return ``{name: max squared row norm}`` (kept in the
-    :class:`Problem`, so that :func:`scores_may_overflow` reads q and k once)."""
+def _finite(door: Door | None = None, **arrays: np.ndarray) -> dict[str, float]:
+    """Raise if an array holds NaN or inf (naming it as ``door`` does); return ``{name: max
+    squared row norm}`` (kept in the :class:`Problem`, so that :func:`scores_may_overflow`
+    reads q and k once)."""
     norms = {}
     for name, x in arrays.items():
         ok, sq = _scan(x)
         if not ok:
-            raise ValueError(f"{name} contains NaN or inf; attention inputs must be finite")
+            shown = name if door is None else door.name(name)
+            raise ValueError(f"{shown} contains NaN or inf; attention inputs must be finite")
         norms[name] = sq
     return norms
 
@@ -197,13 +190,13 @@ def check_output_like(name: str, x, p: Problem, *, same_dtype: bool = True) -> n
     """
     B, H, _, Sq, _, _, Dv = p.shape
     expected = (B, H, Sq, Dv)
+    if same_dtype:
+        return check_like(name, x, expected, "(B, H, Sq, Dv)", p.dtype)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
                         f"got {type(x).__name__}")
     if x.shape != expected:
         raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
-    if same_dtype and x.dtype != p.dtype:
-        raise TypeError(f"{name} must have q's dtype {p.dtype}; got {x.dtype}")
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
     if not np.isfinite(x).all():
@@ -231,7 +224,7 @@ def _window(window) -> tuple | None:
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
             alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, block_q=FORWARD_BLOCK[0],
-            block_k=FORWARD_BLOCK[1], scan_kv: bool = True) -> Problem:
+            block_k=FORWARD_BLOCK[1], scan_kv: bool = True, door: Door | None = None) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
     Arguments and defaults as :func:`flashlab.flash_attention` (tiles
@@ -239,49 +232,27 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     NaN/inf to the caller (``Problem.kv_scanned`` is False; see :func:`scan_kv`): a decode
     step is itself one pass over K and V, and a separate scan first doubled its reads.
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
-    value; the message names the argument and the expected shape or value.
+    value; the message names the argument and the expected shape or value, in ``door``'s
+    names (:class:`Door`; a front door that has checked and translated its operands with
+    :func:`operands` passes its own, e.g. CANN's ``query``) or the kernel API's.
     """
-    q = _array4("q", q, "(B, H, Sq, Dqk)")
-    k = _array4("k", k, "(B, Hkv, Sk, Dqk)")
-    v = _array4("v", v, "(B, Hkv, Sk, Dv)")
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise TypeError(f"{name} must have q's dtype {q.dtype} (q, k, v share one dtype); got {x.dtype}")
+    door = KERNEL if door is None else door
+    q, k, v = operands(KERNEL, q, k, v)
     B, H, Sq, Dqk = q.shape
-    Hkv, Sk = k.shape[1], k.shape[2]
-    if k.shape[0] != B:
-        raise ValueError(f"k must have shape (B, Hkv, Sk, Dqk) with B={B} like q; got {k.shape}")
-    if k.shape[3] != Dqk:
-        raise ValueError(f"k must have shape (B, Hkv, Sk, Dqk) with Dqk={Dqk} as q; got {k.shape}")
-    if H % Hkv != 0:
-        raise ValueError(f"k must have shape (B, Hkv, Sk, Dqk) with q's heads H={H} a multiple of "
-                         f"k's heads Hkv (GQA: H % Hkv == 0); got k {k.shape} for q {q.shape}")
-    if v.shape[:3] != (B, Hkv, Sk):
-        raise ValueError(f"v must have shape (B, Hkv, Sk, Dv) = ({B}, {Hkv}, {Sk}, Dv) as k; got {v.shape}")
+    Sk = k.shape[2]
 
-    if (q_rope is None) != (k_rope is None):
-        raise ValueError("q_rope and k_rope must be given together (or neither)")
+    check_rope_pair(door, q_rope, k_rope)
     if q_rope is not None:
-        q_rope = _array4("q_rope", q_rope, "(B, H, Sq, Dr)")
-        k_rope = _array4("k_rope", k_rope, "(B, Hr, Sk, Dr)")
-        for name, x in (("q_rope", q_rope), ("k_rope", k_rope)):
-            if x.dtype != q.dtype:
-                raise TypeError(f"{name} must have q's dtype {q.dtype}; got {x.dtype}")
-        if q_rope.shape[:3] != (B, H, Sq):
-            raise ValueError(f"q_rope must have shape (B, H, Sq, Dr) = ({B}, {H}, {Sq}, Dr); got {q_rope.shape}")
-        Dr = q_rope.shape[3]
-        if k_rope.shape[0] != B or k_rope.shape[2] != Sk or k_rope.shape[3] != Dr:
-            raise ValueError(f"k_rope must have shape (B, Hr, Sk, Dr) = ({B}, Hr, {Sk}, {Dr}); got {k_rope.shape}")
-        if H % k_rope.shape[1] != 0:
-            raise ValueError(f"k_rope must have shape (B, Hr, Sk, Dr) with q's heads H={H} a multiple "
-                             f"of k_rope's heads Hr (H % Hr == 0); got k_rope {k_rope.shape}")
+        q_rope = check_operand("q_rope", q_rope, 4, "(B, H, Sq, Dr)")
+        k_rope = check_operand("k_rope", k_rope, 4, "(B, Hr, Sk, Dr)")
+        check_rope(door, q, k, q_rope, k_rope)
 
     if scale is None:
         scale = 1.0 / math.sqrt(Dqk + (0 if q_rope is None else q_rope.shape[3]))
-    scale = as_real("scale", scale, what="a real number or None")
+    scale = check_scale(door.name("scale"), scale)
     # the kernels multiply in the compute dtype: float16/float32 inputs are computed in float32
     if q.dtype != np.float64 and abs(scale) > float(np.finfo(np.float32).max):
-        raise ValueError(f"scale={scale} overflows float32, the compute dtype of {q.dtype} inputs "
+        raise ValueError(f"{door.name('scale')}={scale} overflows float32, the compute dtype of {q.dtype} inputs "
                          f"(|scale| must be < 3.4e38); pass float64 inputs or a smaller scale")
 
     causal = as_bool("causal", causal)
@@ -318,10 +289,9 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
         raise ValueError("alibi_offset is used only with alibi_slopes")
     alibi_sqrt = as_bool("alibi_sqrt", alibi_sqrt)
 
-    dropout_p = as_real("dropout_p", dropout_p, lo=0.0, hi=1.0, hi_open=True,
-                        what="a real number in [0, 1)")
-    seed = as_int("seed", seed, lo=0, hi=(1 << 64) - 1, what="an int in [0, 2**64)")
-    offset = as_int("offset", offset, lo=0, hi=(1 << 62) - 1, what="an int in [0, 2**62)")
+    dropout_p = check_dropout("dropout_p", dropout_p)
+    seed = check_seed(door.name("seed"), seed)
+    offset = check_offset(door.name("offset"), offset)
 
     # a tile larger than the problem is the problem: scratch is sized from the clamped blocks
     block_q = min(_positive_int("block_q", block_q), Sq)
@@ -329,9 +299,9 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     c = contiguous
     q, k, v = c(q), c(k), c(v)
     q_rope, k_rope = (None, None) if q_rope is None else (c(q_rope), c(k_rope))
-    norms = _finite(q=q, k=k, v=v) if scan_kv else _finite(q=q)
+    norms = _finite(door, q=q, k=k, v=v) if scan_kv else _finite(door, q=q)
     if q_rope is not None:
-        norms.update(_finite(q_rope=q_rope, k_rope=k_rope))
+        norms.update(_finite(door, q_rope=q_rope, k_rope=k_rope))
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
                    0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
@@ -381,3 +351,289 @@ def scores_may_overflow(p: Problem, compute_dtype) -> bool:
             B, H, _, Sq, Sk, _, _ = p.shape
             bound += float(np.abs(p.alibi_slopes).max()) * (Sq + Sk + abs(p.alibi_offset))
     return not bound < float(np.finfo(compute_dtype).max) / 2
+
+
+# ------------------------------------------------------------------------------ front doors
+# The front doors (flashlab.compat, flashlab.cann, flashlab.torch_attention) check nothing of
+# their own: each describes how it spells the operands (a Door) and hands its arguments to the
+# rules below, so that one rule gives one message, naming the argument as the door's user
+# spelled it.
+
+@dataclass(frozen=True)
+class Door:
+    """How a front door spells the attention operands: the table the checks read their names from.
+
+    ``names`` maps the kernel API's argument names (``q``, ``k``, ``v``, ``scale``, ...) to the
+    door's (CANN: ``query``, ``key``, ``value``); ``shapes`` gives q's, k's and v's shapes in
+    the door's own words and layout; ``order[i]`` is the kernel axis (0 B, 1 H, 2 S, 3 D) of the
+    door's axis ``i`` (flash_attn's (B, S, H, D): ``(0, 2, 1, 3)``; a packed (T, H, D) layout:
+    ``(2, 1, 3)``, B = 1); ``ndim`` is the operands' rank where it differs from ``len(order)``
+    (CANN's BSH [B, S, N*D], which its reader splits); ``symbols`` maps the kernel's size names
+    (B, H, Hkv, Sq, Sk, Dqk, Dv) to the door's. ``packed``: the T axis may be empty (a packed
+    batch of no tokens). ``note`` ends a shape message where the shapes shown are not the
+    user's own (CANN's BSH/SBH, read as [B, N, S, D]).
+    """
+
+    names: tuple[tuple[str, str], ...] = ()
+    shapes: tuple[str, str, str] = ("(B, H, Sq, Dqk)", "(B, Hkv, Sk, Dqk)", "(B, Hkv, Sk, Dv)")
+    #: q_rope's and k_rope's shapes in the door's words
+    rope_shapes: tuple[str, str] = ("(B, H, Sq, Dr)", "(B, Hr, Sk, Dr)")
+    order: tuple[int, ...] = (0, 1, 2, 3)
+    symbols: tuple[tuple[str, str], ...] = ()
+    packed: bool = False
+    note: str = ""
+    #: the operands' rank in the door's layout; 0: ``len(order)`` (CANN's BSH: 3, read as 4-D)
+    ndim: int = 0
+    # derived once in __post_init__ (the per-call checks only read them)
+    _names: dict = field(init=False, repr=False, compare=False)
+    _symbols: dict = field(init=False, repr=False, compare=False)
+    _perm: tuple | None = field(init=False, repr=False, compare=False)
+    _qkv: tuple = field(init=False, repr=False, compare=False)
+    _rank: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the tables as dicts and the transpose to (B, H, S, D), once per door (not per call)
+        inverse = tuple(int(i) for i in np.argsort(self.order))
+        perm = (0,) + tuple(1 + i for i in inverse) if len(self.order) == 3 else inverse
+        object.__setattr__(self, "_names", dict(self.names))
+        object.__setattr__(self, "_symbols", dict(self.symbols))
+        object.__setattr__(self, "_perm", None if perm == (0, 1, 2, 3) else perm)
+        object.__setattr__(self, "_qkv", tuple(self.name(n) for n in ("q", "k", "v")))
+        object.__setattr__(self, "_rank", self.ndim or len(self.order))
+
+    def name(self, n: str) -> str:
+        """The door's name for the kernel API's argument ``n``."""
+        return self._names.get(n, n)
+
+    def symbol(self, s: str) -> str:
+        """The door's name for the kernel's size ``s`` (B, H, Hkv, Sq, Sk, Dqk, Dv)."""
+        return self._symbols.get(s, s)
+
+    def show(self, x4: np.ndarray | tuple) -> tuple:
+        """A (B, H, S, D) shape in the door's axis order."""
+        shape = x4.shape if isinstance(x4, np.ndarray) else x4
+        return tuple(shape[a] for a in self.order)
+
+    def to_kernel(self, x: np.ndarray) -> np.ndarray:
+        """The door's array as a (B, H, S, D) view (packed: B = 1)."""
+        if len(self.order) == 3:
+            x = x[None]
+        return x if self._perm is None else x.transpose(self._perm)
+
+
+#: the kernel API's own names and layout (B, H, S, D)
+KERNEL = Door()
+
+
+def check_operand(name: str, x, ndim: int, shape: str) -> np.ndarray:
+    """One operand's type, rank and dtype: a numpy array of ``ndim`` dims in :data:`FLOAT_DTYPES`."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape}; got {type(x).__name__}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got shape {x.shape}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
+    return x
+
+
+def check_same_dtype(door: Door, q: np.ndarray, **others: np.ndarray) -> None:
+    """Every operand in ``others`` (kernel names) has q's dtype."""
+    for n, x in others.items():
+        if x.dtype != q.dtype:
+            extra = " (q, k, v share one dtype)" if n in ("k", "v") else ""
+            raise TypeError(f"{door.name(n)} must have {door.name('q')}'s dtype {q.dtype}"
+                            f"{extra.replace('q, k, v', ', '.join(door.name(m) for m in 'qkv'))}; "
+                            f"got {x.dtype}")
+
+
+def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v checked in ``door``'s layout and names; returned as (B, H, S, D) views.
+
+    The one operand rule of every entry point: numpy arrays of one float dtype, no empty dim
+    (but a packed T), k with q's batch and head dim, q's heads a multiple of k's (GQA), v with
+    k's batch, heads and length. ``to_kernel`` (default ``Door.to_kernel`` of each
+    operand) reads the door's layout as (B, H, S, D), e.g. CANN's BSH split by ``head_num``.
+    """
+    qn, kn, vn = door._qkv
+    for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
+        check_operand(n, x, door._rank, shape)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        check_same_dtype(door, q, k=k, v=v)
+    first = 1 if door.packed else 0           # a packed T may be 0
+    for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
+        if min(x.shape[first:]) < 1:
+            raise ValueError(f"{n} must have every dim >= 1{' but T' if door.packed else ''} for "
+                             f"shape {shape}; got shape {x.shape}")
+    if to_kernel is not None:
+        q4, k4, v4 = to_kernel(q, k, v)
+    elif door._perm is None and not door.packed:
+        q4, k4, v4 = q, k, v
+    else:
+        q4, k4, v4 = door.to_kernel(q), door.to_kernel(k), door.to_kernel(v)
+    B, H, _, Dqk = q4.shape
+    Hkv, Sk = k4.shape[1], k4.shape[2]
+    s, ks, note = door.symbol, door.shapes[1], door.note
+    if k4.shape[0] != B:
+        raise ValueError(f"{kn} must have shape {ks} with {s('B')}={B} like {qn}; got "
+                         f"{door.show(k4)}{note}")
+    if k4.shape[3] != Dqk:
+        raise ValueError(f"{kn} must have shape {ks} with {s('Dqk')}={Dqk} as {qn}; got "
+                         f"{door.show(k4)}{note}")
+    if H % Hkv != 0:
+        raise ValueError(f"{kn} must have shape {ks} with {qn}'s heads {s('H')}={H} a multiple of "
+                         f"{kn}'s heads {s('Hkv')} (GQA: {s('H')} % {s('Hkv')} == 0); got {kn} "
+                         f"{door.show(k4)} for {qn} {door.show(q4)}{note}")
+    if v4.shape[:3] != (B, Hkv, Sk):
+        want = "(" + ", ".join(str(w) for w in door.show((B, Hkv, Sk, s("Dv")))) + ")"
+        raise ValueError(f"{vn} must have shape {door.shapes[2]} = {want} as {kn}; got "
+                         f"{door.show(v4)}{note}")
+    return q4, k4, v4
+
+
+def check_rope_pair(door: Door, q_rope, k_rope) -> None:
+    """The rope operands come together or not at all (MLA's ``q_rope``/``k_rope``)."""
+    if (q_rope is None) != (k_rope is None):
+        raise ValueError(f"{door.name('q_rope')} and {door.name('k_rope')} must be given together "
+                         f"(or neither)")
+
+
+def check_rope(door: Door, q4: np.ndarray, k4: np.ndarray, qr4: np.ndarray, kr4: np.ndarray) -> None:
+    """The rope operands against q and k, all four as (B, H, S, D) views (named and shown as
+    ``door`` does): q's dtype, ``q_rope`` (B, H, Sq, Dr), ``k_rope`` (B, Hr, Sk, Dr) with
+    ``H % Hr == 0`` (MLA: Hr = 1, one rope key shared by every head)."""
+    if qr4.dtype != q4.dtype or kr4.dtype != q4.dtype:
+        check_same_dtype(door, q4, q_rope=qr4, k_rope=kr4)
+    B, H, Sq, _ = q4.shape
+    Sk = k4.shape[2]
+    qs, ks = door.rope_shapes
+    qn, qrn, krn = door.name("q"), door.name("q_rope"), door.name("k_rope")
+    s, note = door.symbol, door.note
+
+    def want(shape):
+        return "(" + ", ".join(str(w) for w in door.show(shape)) + ")"
+
+    if qr4.shape[:3] != (B, H, Sq):
+        raise ValueError(f"{qrn} must have shape {qs} = {want((B, H, Sq, 'Dr'))}; got "
+                         f"{door.show(qr4)}{note}")
+    Dr = qr4.shape[3]
+    if kr4.shape[0] != B or kr4.shape[2] != Sk or kr4.shape[3] != Dr:
+        raise ValueError(f"{krn} must have shape {ks} = {want((B, s('Hr'), Sk, Dr))}; got "
+                         f"{door.show(kr4)}{note}")
+    if H % kr4.shape[1] != 0:
+        raise ValueError(f"{krn} must have shape {ks} with {qn}'s heads {s('H')}={H} a multiple "
+                         f"of {krn}'s heads {s('Hr')} ({s('H')} % {s('Hr')} == 0); got {krn} "
+                         f"{door.show(kr4)}{note}")
+
+
+def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q",
+               *, scan: bool = True) -> np.ndarray:
+    """A gradient-side operand (``do``, ``o``; flash_attn's ``dout``, ``out``; CANN's ``dy``,
+    ``attention_in``): a finite numpy array of shape ``expected`` (described as ``shape``) and
+    ``dtype`` (``dtype_of``'s). Returns ``x`` unchanged. ``scan=False`` leaves the NaN/inf scan
+    to the kernel API's backward, which a front door calls next with its own names (one pass)."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape} = {expected}; "
+                        f"got {type(x).__name__}")
+    if x.shape != expected:
+        raise ValueError(f"{name} must have shape {shape} = {expected}; got {x.shape}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have {dtype_of}'s dtype {dtype}; got {x.dtype}")
+    if scan and not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf; it must be finite")
+    return x
+
+
+def check_lse(name: str, lse, expected: tuple, shape: str, *, scan: bool = True) -> np.ndarray:
+    """The forward's LSE handed to a backward: float32/float64 of shape ``expected``, no NaN or
+    ``+inf`` (``-inf`` is a row with no allowed key). Returns it unchanged. ``scan`` as in
+    :func:`check_like`."""
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape} = {expected}; "
+                        f"got {type(lse).__name__}")
+    if lse.shape != expected:
+        raise ValueError(f"{name} must have shape {shape} = {expected}; got {lse.shape}")
+    if lse.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be float32 or float64 (as the forward returns it); got {lse.dtype}")
+    if scan and (np.isnan(lse).any() or (lse == np.inf).any()):
+        raise ValueError(f"{name} contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
+    return lse
+
+
+# ---- scalar options: one rule each, called with the door's name for the argument
+def check_scale(name: str, scale, *, optional: bool = True) -> float | None:
+    """The softmax scale: a finite real number (or None where the door has a default)."""
+    if scale is None and optional:
+        return None
+    return as_real(name, scale, what="a real number or None" if optional else "a real number")
+
+
+def check_dropout(name: str, x, *, keep: bool = False) -> float:
+    """The drop probability in [0, 1) from ``dropout_p``, or from a keep probability in (0, 1]
+    (``keep=True``: CANN's ``keep_prob``, drop = 1 - keep)."""
+    if keep:
+        return 1.0 - as_real(name, x, lo=0.0, hi=1.0, lo_open=True, what="a real number in (0, 1]")
+    return as_real(name, x, lo=0.0, hi=1.0, hi_open=True, what="a real number in [0, 1)")
+
+
+def check_seed(name: str, x) -> int:
+    """A dropout seed: an int in [0, 2**64)."""
+    return as_int(name, x, lo=0, hi=(1 << 64) - 1, what="an int in [0, 2**64)")
+
+
+def check_offset(name: str, x) -> int:
+    """A dropout counter offset: an int in [0, 2**62)."""
+    return as_int(name, x, lo=0, hi=(1 << 62) - 1, what="an int in [0, 2**62)")
+
+
+# ---- packed sequences (flash_attn's cu_seqlens, CANN's TND actual_seq_qlen/actual_seq_kvlen)
+def _int_list(name: str, x) -> list[int]:
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "iu" or x.ndim != 1:
+            raise TypeError(f"{name} must be a 1-D list or numpy array of ints; got a numpy array "
+                            f"of dtype {x.dtype} and shape {x.shape}")
+        return [int(i) for i in x.tolist()]
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"{name} must be a 1-D list or numpy array of ints; got {x!r:.60} of "
+                        f"type {type(x).__name__}")
+    return [as_int(f"{name}[{i}]", e) for i, e in enumerate(x)]
+
+
+def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, int], *,
+                     leading_zero: bool, example: str, max_seqlens=None
+                     ) -> list[tuple[int, int, int, int]]:
+    """``(q0, q1, k0, k1)`` token ranges of each sequence of a packed batch.
+
+    ``cum_q``/``cum_k`` (named ``names``) are cumulative ends: with ``leading_zero`` the
+    ``batch + 1`` boundaries ``[0, e_1, ..., e_B]`` (flash_attn's ``cu_seqlens``), without it
+    the ``batch`` ends ``[e_1, ..., e_B]`` followed by zeros for unused batches (CANN's TND
+    ``actual_seq_qlen``). Each list never decreases from 0 and ends at the token count of its
+    tensor (``totals``); a length may be 0. ``max_seqlens`` (flash_attn's ``max_seqlen_q``,
+    ``max_seqlen_k``): ``(name, value)`` pairs each at least the longest sequence.
+    """
+    ends = []
+    for name, cum, total, what in zip(names, (cum_q, cum_k), totals, ("query", "key")):
+        if cum is None:
+            raise ValueError(f"{name} must be given: cumulative sequence ends, e.g. {example}")
+        e = _int_list(name, cum)
+        if leading_zero:
+            bounds = e
+        else:
+            n = len(e)
+            while n > 1 and e[n - 1] == 0:    # trailing zeros: batches that take no part
+                n -= 1
+            # kept as empty sequences after the last used one (the caller may drop them)
+            bounds = [0] + e[:n] + [e[n - 1]] * (len(e) - n) if e else []
+        if not bounds or bounds[0] != 0 or bounds[-1] != total \
+                or any(b < a for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 to the {what} "
+                             f"token count T={total} (lengths 2, 2, 2 -> {example}); got {e}")
+        ends.append(bounds)
+    if len(ends[0]) != len(ends[1]):
+        raise ValueError(f"{names[0]} and {names[1]} must describe the same number of sequences; "
+                         f"got {len(ends[0]) - 1} and {len(ends[1]) - 1}")
+    cq, ck = ends
+    for (name, m), c in zip(max_seqlens or (), (cq, ck)):
+        longest = max((b - a for a, b in zip(c, c[1:])), default=0)
+        if as_int(name, m) < longest:
+            raise ValueError(f"{name} must be >= the longest sequence, {longest}; got {m}")
+    return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]

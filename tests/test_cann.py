@@ -547,9 +547,11 @@ ERRORS = {
                         ValueError, "multiple of head_num"),
     "gqa": ((*_bnsd(n1=3, n2=2), 3, "BNSD"), {}, ValueError, "GQA"),
     "dv>d": ((*_bnsd(d=8, dv=16), N1, "BNSD"), {}, ValueError, "D_q = D_k >= D_v"),
-    "dk!=dq": ((q4, k4[..., :8], v4, N1, "BNSD"), {}, ValueError, "key's head dim"),
-    "kv-mismatch": ((q4, k4, v4[:, :, :10], N1, "BNSD"), {}, ValueError, "key and value"),
-    "batch": ((q4[:1], k4, v4, N1, "BNSD"), {}, ValueError, "batch"),
+    "dk!=dq": ((q4, k4[..., :8], v4, N1, "BNSD"), {}, ValueError,
+               "key must have shape [B, N_kv, Skv, D] with D=16 as query"),
+    "kv-mismatch": ((q4, k4, v4[:, :, :10], N1, "BNSD"), {}, ValueError,
+                    "value must have shape [B, N_kv, Skv, Dv] = (2, 2, 16, Dv) as key"),
+    "batch": ((q4[:1], k4, v4, N1, "BNSD"), {}, ValueError, "with B=1 like query"),
     "query-list": ((q4.tolist(), k4, v4, N1, "BNSD"), {}, TypeError, "query"),
     # masks
     "compressed-shape": (OK, dict(sparse_mode=2, atten_mask=TRI[:1024, :1024]), ValueError, "(2048, 2048)"),
@@ -573,7 +575,7 @@ ERRORS = {
     "tnd-no-lens": (OK_TND, {}, ValueError, "actual_seq_qlen"),
     "lens-not-tnd": (OK, dict(actual_seq_qlen=[12], actual_seq_kvlen=[16]), ValueError, "TND only"),
     "lens-end": (OK_TND, dict(actual_seq_qlen=[5, 10], actual_seq_kvlen=LENS["actual_seq_kvlen"]),
-                 ValueError, "must end at the token count"),
+                 ValueError, "to the query token count T=43"),
     "lens-decreasing": (OK_TND, dict(actual_seq_qlen=[5, 3, 43], actual_seq_kvlen=[7, 10, 53]),
                         ValueError, "non-decreasing"),
     "lens-count": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[7, 10, 53]), ValueError,
@@ -634,8 +636,8 @@ def test_grad_operand_errors():
     good = dict(softmax_max=smax, softmax_sum=ssum, attention_in=out)
     do = np.zeros_like(out)
     cases = [
-        ((do[:, :, :5], good), ValueError, "dy must have the attention_out shape"),
-        ((do.astype(np.float64), good), TypeError, "dy must have the query's dtype"),
+        ((do[:, :, :5], good), ValueError, "dy must have shape attention_out's"),
+        ((do.astype(np.float64), good), TypeError, "dy must have query's dtype"),
         ((do, dict(good, attention_in=out[..., :4])), ValueError, "attention_in"),
         ((do, dict(good, softmax_max=smax[..., :1])), ValueError, "softmax_max"),
         ((do, dict(good, softmax_sum=ssum.tolist())), TypeError, "softmax_sum"),

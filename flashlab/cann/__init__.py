@@ -8,6 +8,17 @@
 - :mod:`~flashlab.cann.pse` — ``pse``/``pse_type``: bias tensors and ALiBi slopes;
 - :mod:`~flashlab.cann.operator` — :func:`flash_attention_score` and its grad (the full
   description of the interface is that module's docstring).
+
+**What this door checks: nothing of its own but the operator's ranges.** It translates the
+operator's layouts (BSH/SBH/BSND/BNSD/TND) and names (``query``, ``keep_prob``,
+``actual_seq_qlen``, ...) and hands them to :mod:`flashlab.validation`, whose rules
+(:func:`~flashlab.validation.operands` with a :class:`~flashlab.validation.Door` per layout,
+:func:`~flashlab.validation.check_dropout`, :func:`~flashlab.validation.packed_sequences`, ...)
+check every entry point alike and name the argument as the operator does. What stays here is
+the vendor's contract, which has no meaning elsewhere: ``head_num`` and ``D`` ranges,
+``sparse_mode`` and the ``pre_tokens``/``next_tokens``/``prefix`` ranges with the device
+tiling's TND checks (:mod:`~flashlab.cann.plan`), ``pse``/``pse_type``, the softmax statistics.
+``tests/test_door_checks.py`` lists each of those checks and fails on any other.
 """
 from flashlab.cann.attributes import INT32_MAX, LAYOUTS, SOFTMAX_REPEAT
 from flashlab.cann.layouts import Dims, from_bnsd, layout_shape, to_bnsd

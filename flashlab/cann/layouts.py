@@ -10,9 +10,37 @@ from typing import cast
 
 import numpy as np
 
-from flashlab.cann.attributes import FLOAT_NAMES, LAYOUTS, MAX_HEAD_DIM, MAX_HEADS, int64
+from flashlab.cann.attributes import LAYOUTS, MAX_HEAD_DIM, MAX_HEADS, int64
+from flashlab.validation import Door, operands
 
-__all__ = ["Dims", "to_bnsd", "from_bnsd", "layout_shape", "operand_array", "split_hidden", "canonical"]
+__all__ = ["Dims", "DOORS", "to_bnsd", "from_bnsd", "layout_shape", "split_hidden", "canonical"]
+
+#: the operator's names for the kernel API's arguments
+_NAMES = (("q", "query"), ("k", "key"), ("v", "value"), ("q_rope", "query_rope"),
+          ("k_rope", "key_rope"), ("do", "dy"), ("o", "attention_in"))
+_SYMBOLS = (("H", "N"), ("Hkv", "N_kv"), ("Sk", "Skv"), ("Dqk", "D"), ("Hr", "N_r"))
+_READ = " (read as [B, N, S, D] from layout {})"
+
+#: each layout's table for :func:`flashlab.validation.operands`: the operator's names, its
+#: shapes, and the axis order of (B, N, S, D) in the layout (BSH/SBH: shown as read)
+DOORS = {
+    "BSH": Door(names=_NAMES, shapes=("[B, S, N*D]", "[B, S, N_kv*D]", "[B, S, N_kv*Dv]"),
+                rope_shapes=("[B, S, N*Dr]", "[B, S, N_r*Dr]"),
+                order=(0, 1, 2, 3), ndim=3, symbols=_SYMBOLS, note=_READ.format("BSH")),
+    "SBH": Door(names=_NAMES, shapes=("[S, B, N*D]", "[S, B, N_kv*D]", "[S, B, N_kv*Dv]"),
+                rope_shapes=("[S, B, N*Dr]", "[S, B, N_r*Dr]"),
+                order=(0, 1, 2, 3), ndim=3, symbols=_SYMBOLS, note=_READ.format("SBH")),
+    "BSND": Door(names=_NAMES, shapes=("[B, Sq, N, D]", "[B, Skv, N_kv, D]", "[B, Skv, N_kv, Dv]"),
+                 rope_shapes=("[B, Sq, N, Dr]", "[B, Skv, N_r, Dr]"),
+                 order=(0, 2, 1, 3), symbols=_SYMBOLS),
+    "BNSD": Door(names=_NAMES, shapes=("[B, N, Sq, D]", "[B, N_kv, Skv, D]", "[B, N_kv, Skv, Dv]"),
+                 rope_shapes=("[B, N, Sq, Dr]", "[B, N_r, Skv, Dr]"),
+                 symbols=_SYMBOLS),
+    "TND": Door(names=_NAMES, shapes=("[T_q, N, D]", "[T_kv, N_kv, D]", "[T_kv, N_kv, Dv]"),
+                rope_shapes=("[T_q, N, Dr]", "[T_kv, N_r, Dr]"),
+                order=(2, 1, 3), packed=True,
+                symbols=_SYMBOLS[:2] + (("Sq", "T_q"), ("Sk", "T_kv"), ("Dqk", "D"), ("Hr", "N_r"))),
+}
 
 
 def to_bnsd(x: np.ndarray, layout: str, heads: int) -> np.ndarray:
@@ -66,14 +94,6 @@ class Dims:
     Dv: int   # V head dim (<= D)
 
 
-def operand_array(name: str, x, ndim: int, shape: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of shape {shape}; got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got shape {x.shape}")
-    return x
-
-
 def split_hidden(name: str, hidden: int, heads: int | None, d: int | None, what: str) -> int:
     """For BSH/SBH: ``hidden = heads * d``; return the unknown one, with a clear error."""
     known = cast(int, heads if heads is not None else d)   # the caller passes one of them
@@ -83,60 +103,38 @@ def split_hidden(name: str, hidden: int, heads: int | None, d: int | None, what:
 
 
 def canonical(query, key, value, head_num, layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, Dims]:
-    """Check the operands against ``layout`` and return them as (B, N, S, D) arrays (TND: as given)."""
+    """Read the operands in ``layout``; return them as (B, N, S, D) arrays (TND: as given).
+
+    The operand checks are :func:`flashlab.validation.operands`' (with the layout's
+    :data:`DOORS` entry); the operator's ranges are checked here.
+    """
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"input_layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
     N1 = int64("head_num", head_num)
     if not 1 <= N1 <= MAX_HEADS:
         raise ValueError(f"head_num must be in 1..{MAX_HEADS} (FlashAttentionScore: "
                          f"\"Nq取值范围1~256\"); got {N1}")
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if isinstance(x, np.ndarray) and x.dtype.name not in FLOAT_NAMES:
-            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64; got {x.dtype}")
-    if all(isinstance(x, np.ndarray) for x in (query, key, value)):
-        for name, x in (("key", key), ("value", value)):
-            if x.dtype != query.dtype:
-                raise TypeError(f"{name} must have the query's dtype {query.dtype} (\"输入query、key、"
-                                f"value、pse的数据类型必须一致\"); got {x.dtype}")
-    if layout in ("BSH", "SBH"):
-        dims = "[B, S, N*D]" if layout == "BSH" else "[S, B, N*D]"
-        q = operand_array("query", query, 3, dims)
-        k = operand_array("key", key, 3, dims)
-        v = operand_array("value", value, 3, dims)
+
+    def read(q, k, v):
+        # BSH/SBH: H = N * D; the query's D from head_num, the key's N_kv from that D
         D = split_hidden("query", q.shape[2], N1, None, "head_num")
         N2 = split_hidden("key", k.shape[2], None, D, "D = H_q / head_num")
-        Dv = split_hidden("value", v.shape[2], N2, None, "key's head count N_kv")
-        q, k, v = to_bnsd(q, layout, N1), to_bnsd(k, layout, N2), to_bnsd(v, layout, N2)
-    elif layout in ("BSND", "BNSD"):
-        dims = f"[{', '.join(layout)}]"
-        q = operand_array("query", query, 4, dims)
-        k = operand_array("key", key, 4, dims)
-        v = operand_array("value", value, 4, dims)
-        q, k, v = (to_bnsd(x, layout, 0) for x in (q, k, v))
-    else:  # TND
-        q = operand_array("query", query, 3, "[T, N, D]")
-        k = operand_array("key", key, 3, "[T, N, D]")
-        v = operand_array("value", value, 3, "[T, N, D]")
-    # from here on: (B, N, S, D), or (T, N, D) for TND: the heads are axis 1 in both
-    if q.shape[1] != N1:
-        raise ValueError(f"query has {q.shape[1]} heads in layout {layout} but head_num={N1}")
-    D, N2, Dv = q.shape[-1], k.shape[1], v.shape[-1]
+        split_hidden("value", v.shape[2], N2, None, "key's head count N_kv")
+        return to_bnsd(q, layout, N1), to_bnsd(k, layout, N2), to_bnsd(v, layout, N2)
+
+    q4, k4, v4 = operands(DOORS[layout], query, key, value,
+                          to_kernel=read if layout in ("BSH", "SBH") else None)
+    # heads are axis 1 of (B, N, S, D)
+    if q4.shape[1] != N1:
+        raise ValueError(f"query has {q4.shape[1]} heads in layout {layout} but head_num={N1}")
+    D, N2, Dv = q4.shape[3], k4.shape[1], v4.shape[3]
     if not 1 <= D <= MAX_HEAD_DIM:
         raise ValueError(f"query's head dim D must be in 1..{MAX_HEAD_DIM} (FlashAttentionScore: "
                          f"\"D：取值范围为1~768\"); got {D}")
-    if k.shape[-1] != D:
-        raise ValueError(f"key's head dim must equal query's D={D}; got {k.shape[-1]}")
     if Dv > D:
         raise ValueError(f"value's head dim must be <= D={D} of query/key (the operator needs "
                          f"D_q = D_k >= D_v); got {Dv}")
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"key and value must agree in every axis but the last (layout {layout}); "
-                         f"got key {tuple(k.shape)} and value {tuple(v.shape)} after reading the layout")
-    if N1 % N2 != 0:
-        raise ValueError(f"head_num={N1} must be a multiple of key's head count N_kv={N2} (GQA)")
     if layout == "TND":
-        return q, k, v, Dims(0, N1, N2, q.shape[0], k.shape[0], D, Dv)
-    B = q.shape[0]
-    if k.shape[0] != B:
-        raise ValueError(f"query and key must have the same batch B={B}; got {k.shape[0]}")
-    return q, k, v, Dims(B, N1, N2, q.shape[2], k.shape[2], D, Dv)
+        return query, key, value, Dims(0, N1, N2, query.shape[0], key.shape[0], D, Dv)
+    B = q4.shape[0]
+    return q4, k4, v4, Dims(B, N1, N2, q4.shape[2], k4.shape[2], D, Dv)

@@ -130,7 +130,6 @@ from typing import Any
 import numpy as np
 
 from flashlab import api
-from flashlab.arguments import as_real
 from flashlab.cann.attributes import (
     EMPTY_ROW_MAX,
     EMPTY_ROW_SUM,
@@ -139,14 +138,24 @@ from flashlab.cann.attributes import (
     SOFTMAX_REPEAT,
     as_compute,
     int64,
-    int64_list,
 )
-from flashlab.cann.layouts import canonical, from_bnsd, layout_shape, operand_array, split_hidden, to_bnsd
+from flashlab.cann.layouts import DOORS, canonical, from_bnsd, layout_shape, split_hidden, to_bnsd
 from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
-from flashlab.validation import prepare
+from flashlab.validation import (
+    check_dropout,
+    check_like,
+    check_offset,
+    check_operand,
+    check_rope,
+    check_rope_pair,
+    check_same_dtype,
+    check_scale,
+    check_seed,
+    prepare,
+)
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
 
@@ -157,19 +166,16 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
         raise NotImplementedError("padding_mask is not supported (torch_npu.npu_fusion_attention: "
                                   "\"暂不支持该传参\"; reserved and unused in CANN)")
     # "取值范围为(0, 1]"
-    keep_prob = as_real("keep_prob", keep_prob, lo=0.0, hi=1.0, lo_open=True,
-                        what="a real number in (0, 1]")
+    dropout_p = check_dropout("keep_prob", keep_prob, keep=True)
     ip = int64("inner_precise", inner_precise)
     if ip not in (0, 1, 2):
         raise ValueError(f"inner_precise must be 0, 1 or 2 (0, 1 reserved; 2 invalid-row "
                          f"computation); got {ip}")
     # the operator's default is 1.0; pass 1/sqrt(D) for the usual attention
-    as_real("scale", scale, what="a real number")
-    if not 0 <= int64("seed", seed) <= (1 << 64) - 1:
-        raise ValueError(f"seed must lie in [0, 2**64 - 1]; got {seed}")
-    if not 0 <= int64("offset", offset):
-        raise ValueError(f"offset must be >= 0; got {offset}")
-    return 1.0 - float(keep_prob)
+    check_scale("scale", scale, optional=False)
+    check_seed("seed", seed)
+    check_offset("offset", offset)
+    return dropout_p
 
 
 def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
@@ -197,7 +203,7 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
     seqs_used: list[tuple[int, int, int, int]] = []
     if seqs is not None:
         # the trailing unused batches repeat the last end: drop them (not the empty ones inside)
-        ends = int64_list("actual_seq_qlen", actual_seq_qlen)
+        ends = [int(e) for e in np.asarray(actual_seq_qlen).reshape(-1)]   # checked above
         n = len(ends)
         while n > 1 and ends[n - 1] == 0:
             n -= 1
@@ -220,45 +226,35 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
     with ``N1 % Nr == 0``, ``Dr % 8 == 0`` and ``Dr <= D``. For BSH/SBH, ``Dr = H_qr / head_num``
     and ``Nr = H_kr / Dr``.
     """
-    if query_rope is None and key_rope is None:
-        return None, None
+    check_rope_pair(DOORS[st.layout], query_rope, key_rope)
     if query_rope is None or key_rope is None:
-        raise ValueError("query_rope and key_rope must be given together (or neither)")
+        return None, None
     layout, N1 = st.layout, st.dims.N1
     if layout in ("BSH", "SBH"):
         dims = "[B, S, N*Dr]" if layout == "BSH" else "[S, B, N*Dr]"
-        qr = operand_array("query_rope", query_rope, 3, dims)
-        kr = operand_array("key_rope", key_rope, 3, dims)
+        qr = check_operand("query_rope", query_rope, 3, dims)
+        kr = check_operand("key_rope", key_rope, 3, dims)
         dr = split_hidden("query_rope", qr.shape[2], N1, None, "head_num")
         nr = split_hidden("key_rope", kr.shape[2], None, dr, "query_rope's Dr = H_qr / head_num")
         qr, kr = to_bnsd(qr, layout, N1), to_bnsd(kr, layout, nr)
     elif layout in ("BSND", "BNSD"):
         dims = f"[{', '.join(layout)}]"
-        qr = to_bnsd(operand_array("query_rope", query_rope, 4, dims), layout, 0)
-        kr = to_bnsd(operand_array("key_rope", key_rope, 4, dims), layout, 0)
+        qr = to_bnsd(check_operand("query_rope", query_rope, 4, dims), layout, 0)
+        kr = to_bnsd(check_operand("key_rope", key_rope, 4, dims), layout, 0)
     else:  # TND
-        qr = operand_array("query_rope", query_rope, 3, "[T, N, Dr]")
-        kr = operand_array("key_rope", key_rope, 3, "[T, N, Dr]")
-    for name, x in (("query_rope", qr), ("key_rope", kr)):
-        if x.dtype != st.io_dtype:
-            raise TypeError(f"{name} must have the query's dtype {st.io_dtype}; got {x.dtype}")
-    # heads are axis 1 in (B, N, S, D) and in (T, N, D); compare every other axis but the last
-    if qr.shape[:-1] != st.q.shape[:-1]:
-        raise ValueError(f"query_rope must match query in every axis but the last (layout {layout}): "
-                         f"{tuple(st.q.shape[:-1])} after reading the layout; got {tuple(qr.shape[:-1])}")
-    others = (kr.shape[:1] + kr.shape[2:-1], st.k.shape[:1] + st.k.shape[2:-1])
-    if others[0] != others[1] or kr.shape[-1] != qr.shape[-1]:
-        raise ValueError(f"key_rope must match key in every axis but the heads and the last, and have "
-                         f"query_rope's Dr={qr.shape[-1]} (layout {layout}); got key_rope "
-                         f"{tuple(kr.shape)} for key {tuple(st.k.shape)} after reading the layout")
+        qr = check_operand("query_rope", query_rope, 3, "[T, N, Dr]")
+        kr = check_operand("key_rope", key_rope, 3, "[T, N, Dr]")
+    door = DOORS[layout]
+    check_same_dtype(door, np.empty(0, st.io_dtype), q_rope=qr, k_rope=kr)
+    qr, kr = as_compute(qr), as_compute(kr)      # st.q, st.k are in the compute dtype too
+    # validation's rule on (B, N, S, D) views (TND: (1, N, T, D)), named and shown as the operator's
+    view = (lambda x: x[None].transpose(0, 2, 1, 3)) if st.varlen else (lambda x: x)
+    check_rope(door, view(st.q), view(st.k), view(qr), view(kr))
     dr, d = qr.shape[-1], st.dims.D
     if dr % 8 != 0 or dr > d:
         raise ValueError(f"query_rope's head dim Dr must be a multiple of 8 and <= D={d} "
                          f"(the rope operands' rule); got Dr={dr}")
-    if N1 % kr.shape[1] != 0:
-        raise ValueError(f"head_num={N1} must be a multiple of key_rope's head count {kr.shape[1]} "
-                         f"(MLA: 1, one key_rope shared by all heads)")
-    return as_compute(qr), as_compute(kr)
+    return qr, kr
 
 
 def _to_layout(x: np.ndarray, st: Setup) -> np.ndarray:
@@ -377,6 +373,23 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     The operator's fourth output ``softmax_out`` is reserved and never written ("预留参数，暂未
     使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
     stream: none of them is returned here.
+
+    **Extensions and deliberate differences.**
+
+    * float64 inputs are accepted (computed in float64, ``softmax_max``/``softmax_sum``
+      float64), so that gradients can be checked at float64 accuracy; the device takes
+      float16, bfloat16 and float32. The other extensions are listed in the module docstring
+      (``key_rope`` head counts, ``block_q``/``block_k``, SplitMix64 dropout bits).
+    * For ``sparse_mode`` 1, 2 and 3 the device's tiling ignores ``pre_tokens``/``next_tokens``
+      (mode 1: unbounded; 2: ``pre = Sq, next = 0``; 3: ``pre = Sq, next = Sk - Sq``) and logs
+      an ``OP_LOGW`` warning when the values given differ from those. The same values are used
+      here, **without a warning**: the defaults (``INT32_MAX``) differ from them, so the device's
+      warning would fire on every default mode-2 call (causal attention, the most common one).
+      Pinned by ``tests/test_door_checks.py::test_mode2_with_default_tokens_does_not_warn``.
+    * Checks: the operands, ``keep_prob``, ``scale``, ``seed``, ``offset`` and the TND
+      ``actual_seq_qlen``/``actual_seq_kvlen`` are checked by :mod:`flashlab.validation`'s
+      rules (one rule for every entry point), with the operator's names in the messages
+      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
     """
     st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
                 keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
@@ -393,7 +406,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                     take_rows(st.v, c.kv_rows, st.varlen), scale=scale, window=c.window, mask=c.mask,
                     q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-                    block_q=block_q, block_k=block_k, **_options(c, st))
+                    block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st))
         o, l, m, _ = api.forward_with_stats(p)
         put_rows(out, c.q_rows, st.varlen, o)
         put_rows(lse, c.q_rows, st.varlen, l)
@@ -410,14 +423,10 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
 def _grad_operand(name: str, x, st: Setup, dim: int) -> np.ndarray:
     """dy / attention_in in the query's layout -> canonical (B, N1, Sq, Dv) or (T, N1, Dv)."""
     d = st.dims
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray in the query's layout; got {type(x).__name__}")
-    if x.dtype != st.io_dtype:
-        raise TypeError(f"{name} must have the query's dtype {st.io_dtype}; got {x.dtype}")
     expected = (d.Sq, d.N1, dim) if st.varlen else layout_shape(st.layout, d.B, d.N1, d.Sq, dim)
-    if x.shape != expected:
-        raise ValueError(f"{name} must have the attention_out shape {expected} "
-                         f"(layout {st.layout}); got {x.shape}")
+    # scanned for NaN/inf by the kernel API's backward, which names it as here
+    check_like(name, x, expected, f"attention_out's (layout {st.layout})", st.io_dtype, "query",
+               scan=False)
     return as_compute(x if st.varlen else to_bnsd(x, st.layout, d.N1))
 
 
@@ -528,7 +537,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
             scale=scale, window=c.window, mask=c.mask,
             q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
             k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-            block_q=block_q, block_k=block_k, **_options(c, st),
+            block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st),
             **({"return_dbias": True} if dfull is not None else {}))
         put_rows(dq, c.q_rows, st.varlen, grads[0])
         put_rows(dk, c.kv_rows, st.varlen, grads[1])

@@ -8,44 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.cann.attributes import int64_list
 from flashlab.cann.layouts import Dims
+from flashlab.validation import packed_sequences
 
 __all__ = ["sequences", "take_rows", "take_lse", "put_rows"]
 
 
-def _seq_ends(name: str, cum, total: int) -> list[int]:
-    """Cumulative ends -> ends of each sequence, trailing zeros (unused batches) kept as repeats."""
-    if cum is None:
-        raise ValueError(f"input_layout TND needs {name} (cumulative sequence ends, e.g. [2, 4, 6])")
-    ends = int64_list(name, cum)
-    if not ends:
-        raise ValueError(f"{name} must list at least one sequence end; got {cum!r}")
-    # trailing zeros mark batches that take no part ([2, 5, 9, 0, 0])
-    n = len(ends)
-    while n > 1 and ends[n - 1] == 0:
-        n -= 1
-    used = ends[:n]
-    if used[0] < 0 or any(b < a for a, b in zip(used, used[1:])):
-        raise ValueError(f"{name} must be non-decreasing cumulative ends >= 0 (lengths 2, 2, 2 -> "
-                         f"[2, 4, 6]); got {ends}")
-    if used[-1] != total:
-        raise ValueError(f"{name} must end at the token count T={total} of the tensor; got {ends}")
-    return used + [used[-1]] * (len(ends) - n)
-
-
 def sequences(actual_seq_qlen, actual_seq_kvlen, dims: Dims) -> list[tuple[int, int, int, int]]:
-    """``(q0, q1, k0, k1)`` token ranges of every sequence of a TND batch.
-
-    A sequence may have queries and no key: its rows have no allowed key.
-    """
-    q_ends = _seq_ends("actual_seq_qlen", actual_seq_qlen, dims.Sq)
-    k_ends = _seq_ends("actual_seq_kvlen", actual_seq_kvlen, dims.Sk)
-    if len(q_ends) != len(k_ends):
-        raise ValueError(f"actual_seq_qlen and actual_seq_kvlen must list the same number of "
-                         f"sequences; got {len(q_ends)} and {len(k_ends)}")
-    return [(q_ends[s - 1] if s else 0, q1, k_ends[s - 1] if s else 0, k1)
-            for s, (q1, k1) in enumerate(zip(q_ends, k_ends))]
+    """``(q0, q1, k0, k1)`` token ranges of every sequence of a TND batch (trailing unused
+    batches as empty ranges after the last). A sequence may have queries and no key: its rows
+    have no allowed key."""
+    return packed_sequences(("actual_seq_qlen", "actual_seq_kvlen"), actual_seq_qlen,
+                            actual_seq_kvlen, (dims.Sq, dims.Sk), leading_zero=False,
+                            example="[2, 4, 6]")
 
 
 def take_rows(x: np.ndarray, rows: slice, varlen: bool) -> np.ndarray:
