@@ -61,14 +61,27 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.api import flash_attention, flash_attention_backward
+from flashlab.api import (
+    backward_from_forward,
+    flash_attention,
+    flash_attention_backward,
+    forward_for_backward,
+)
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
-from flashlab.validation import FLOAT_DTYPES, FLOAT_NAMES, check_alibi_slopes, check_pair
+from flashlab.validation import (
+    FLOAT_DTYPES,
+    FLOAT_NAMES,
+    Problem,
+    check_alibi_slopes,
+    check_pair,
+    prepare,
+)
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
-           "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
+           "flash_attn_varlen_func_backward", "band_from_window", "scalar_options",
+           "forward_state", "backward_from_state"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -267,15 +280,48 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     NotImplementedError
         ``softcap != 0``.
     """
+    out, lse, p, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
+                                        softcap, alibi_slopes, deterministic, seed)
+    if return_attn_probs:
+        return out, lse, _probs(_bhsd(q), _bhsd(k), _bhsd(v), opts, opts.alibi_slopes, 0)
+    return (out, lse) if return_lse else out
+
+
+def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                    alibi_slopes, deterministic, seed
+                    ) -> tuple[np.ndarray, np.ndarray, Problem, _Options]:
+    """Checked forward: ``(out, softmax_lse, problem, options)``, out in flash_attn's layout."""
     B, Sq, Sk, H, _, _ = _check_padded(q, k, v)
     opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                     deterministic, seed, B, H)
-    qh, kh, vh = _bhsd(q), _bhsd(k), _bhsd(v)
-    o, lse = flash_attention(qh, kh, vh, **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
-    out = _bshd(o)
-    if return_attn_probs:
-        return out, lse, _probs(qh, kh, vh, opts, opts.alibi_slopes, 0)
-    return (out, lse) if return_lse else out
+    # k and v are scanned by the forward (or checked by the decode kernel as it reads them)
+    p = prepare(_bhsd(q), _bhsd(k), _bhsd(v), scan_kv=False,
+                **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
+    o, lse, p = forward_for_backward(p)
+    return _bshd(o), lse, p, opts
+
+
+def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=0
+                  ) -> tuple[np.ndarray, np.ndarray, Problem]:
+    """:func:`flash_attn_func` with ``return_lse``, plus the validated problem: ``(out,
+    softmax_lse, problem)``. Hand ``problem`` to :func:`backward_from_state` for the gradients
+    without checking q, k, v and the options a second time (the torch door's training step).
+    Same arguments, checks and errors as :func:`flash_attn_func`.
+    """
+    out, lse, p, _ = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
+                                     softcap, alibi_slopes, deterministic, seed)
+    return out, lse, p
+
+
+def backward_from_state(problem: Problem, dout, out, softmax_lse) -> tuple[np.ndarray, ...]:
+    """``(dq, dk, dv)`` of :func:`forward_state`'s call, as :func:`flash_attn_func_backward`
+    computes them, from its ``problem``, ``out`` and ``softmax_lse`` (not checked again beyond
+    :func:`flashlab.api.backward_from_forward`'s checks of ``dout``, ``out``, ``softmax_lse``).
+    ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+    """
+    grads = backward_from_forward(problem, _bhsd(dout), _bhsd(out), softmax_lse)
+    return tuple(_bshd(g) for g in grads)
 
 
 def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,

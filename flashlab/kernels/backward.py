@@ -86,6 +86,7 @@ from numba import njit, prange
 
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn  # (importing blas pins it to 1 thread)
+from flashlab.kernels.serial import serial_twin
 from flashlab.kernels.tile import (
     add_bias_tile,
     all_finite,
@@ -100,7 +101,7 @@ from flashlab.numba_cache import CACHE
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
            "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
-           "sum_partials"]
+           "sum_partials", "flash_backward_serial", "sum_partials_serial"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
@@ -405,3 +406,9 @@ def sum_partials(part, out):
                 for d in range(D):
                     # dK_g = sum_{h in group g} sum_c dK_{h, c}
                     out[b, g, j, d] += part[b, h, c, j, d]
+
+
+#: :func:`flash_backward_kernel` and :func:`sum_partials` built without ``parallel``
+#: (:mod:`flashlab.kernels.serial`), for problems too small to wake the thread pool
+flash_backward_serial = serial_twin(flash_backward_kernel)
+sum_partials_serial = serial_twin(sum_partials)
