@@ -199,3 +199,84 @@ def test_torch_eager_path_gives_the_op_path_bits():
             results.append((out.detach(), dq, dk, dv))
         for a, b in zip(*results):
             assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------- compat's cache of checked calls
+def _outcome(fn):
+    """``("ok", results)`` or ``(exception type, message)`` of ``fn()``."""
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001 - the outcome itself is compared
+        return type(e), str(e)
+
+
+def test_cached_checks_give_the_same_bits_and_still_scan_the_values(monkeypatch):
+    """A repeated call (same shapes, dtypes, options) skips the shape/option checks and gives the
+    bits of the first call; the values are still scanned (NaN in q, k or v) and the seed's
+    range still checked, with the messages of a first call."""
+    monkeypatch.setattr(compat, "_PLANS", {})
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 9, 4, 8), dtype=np.float32)
+    k, v = (rng.standard_normal((2, 13, 2, 8), dtype=np.float32) for _ in range(2))
+    opts = dict(causal=True, dropout_p=0.1)
+    first = compat.flash_attn_func(q, k, v, **opts, seed=3, return_lse=True)
+    assert len(compat._PLANS) == 1
+    again = compat.flash_attn_func(q, k, v, **opts, seed=3, return_lse=True)
+    other_seed = compat.flash_attn_func(q, k, v, **opts, seed=4, return_lse=True)
+    assert len(compat._PLANS) == 1
+    for a, b in zip(first, again):
+        assert np.array_equal(a, b)
+    monkeypatch.setattr(compat, "_PLANS", {})
+    fresh = compat.flash_attn_func(q, k, v, **opts, seed=4, return_lse=True)
+    for a, b in zip(other_seed, fresh):
+        assert np.array_equal(a, b)
+    for name in ("q", "k", "v"):
+        bad = {"q": q, "k": k, "v": v}
+        bad[name] = bad[name].copy()
+        bad[name][1, 2, 1, 3] = np.inf
+        cached = _outcome(lambda bad=bad: compat.flash_attn_func(**bad, **opts))
+        monkeypatch.setattr(compat, "_PLANS", {})
+        uncached = _outcome(lambda bad=bad: compat.flash_attn_func(**bad, **opts))
+        assert cached[0] is ValueError and cached == uncached, name
+        compat.flash_attn_func(q, k, v, **opts)          # the key cached again
+    cached = _outcome(lambda: compat.flash_attn_func(q, k, v, **opts, seed=-1))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    assert cached[0] is ValueError and cached == _outcome(
+        lambda: compat.flash_attn_func(q, k, v, **opts, seed=-1))
+
+
+@pytest.mark.parametrize("first, then", [
+    (dict(causal=True), dict(causal=1)),
+    (dict(dropout_p=0.0), dict(dropout_p=0)),
+    (dict(window_size=(-1, -1)), dict(window_size=(-1.0, -1))),
+    (dict(window_size=(2, 0)), dict(window_size=[2, 0])),
+    (dict(softmax_scale=0.5), dict(softmax_scale=np.float32(0.5))),
+])
+def test_an_argument_of_another_type_is_checked_as_on_a_first_call(monkeypatch, first, then):
+    """The cache keys every scalar with its type: ``then`` after ``first`` behaves exactly as
+    ``then`` alone (accepted with the same bits, or refused with the same error)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, 5, 2, 4), dtype=np.float32) for _ in range(3))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    compat.flash_attn_func(q, k, v, **first)
+    after_first = _outcome(lambda: compat.flash_attn_func(q, k, v, **then))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    alone = _outcome(lambda: compat.flash_attn_func(q, k, v, **then))
+    assert after_first[0] == alone[0]
+    if alone[0] == "ok":
+        assert np.array_equal(after_first[1], alone[1])
+    else:
+        assert after_first[1] == alone[1]
+
+
+def test_the_cache_is_bounded_and_skips_alibi(monkeypatch):
+    monkeypatch.setattr(compat, "_PLANS", {})
+    rng = np.random.default_rng(9)
+    for s in range(1, compat._PLANS_MAX + 3):
+        q = rng.standard_normal((1, s, 1, 4), dtype=np.float32)
+        compat.flash_attn_func(q, q, q)
+        assert 1 <= len(compat._PLANS) <= compat._PLANS_MAX
+    monkeypatch.setattr(compat, "_PLANS", {})
+    q = rng.standard_normal((1, 5, 2, 4), dtype=np.float32)
+    compat.flash_attn_func(q, q, q, alibi_slopes=np.array([0.5, 0.25]))
+    assert compat._PLANS == {}

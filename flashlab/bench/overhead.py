@@ -11,9 +11,10 @@ add the same section to their report and write ``overhead.json``):
   cache already warm (a first process fills it; the second is timed), import of
   ``flashlab.torch_attention`` not included, and SDPA's first call in another fresh process;
 * in the same fresh process, as rows of their own: the import of ``flashlab.torch_attention``
-  (torch already imported), and, in a third fresh process, Numba's one-time setup that the
-  first cached-kernel load of any process runs (``target_context.refresh()``: it imports and
-  registers Numba's typing and lowering tables; the floor of the first call, not flashlab's).
+  (torch already imported), and, in a third fresh process after that import, Numba's one-time
+  setup that the first cached-kernel load of any process runs (``target_context.refresh()``:
+  it imports and registers Numba's typing and lowering tables; the floor of the first call,
+  not flashlab's).
 
 Each row is ``causal=True`` float32, ``out.sum().backward()``, timed as the median of
 ``repeats`` calls after one warm-up, with torch's SDPA (on the (B, H, S, D) transposes, so
@@ -63,7 +64,8 @@ print(import_ms, (time.perf_counter() - t) * 1e3)
 
 _NUMBA_SETUP = r"""
 import time
-import numba
+import torch
+import flashlab.torch_attention
 from numba.core.registry import cpu_target
 t = time.perf_counter()
 cpu_target.target_context.refresh()
@@ -120,8 +122,9 @@ def first_call_ms(which: str = "flashlab", *, with_import: bool = False):
 
 
 def numba_setup_ms() -> float:
-    """Numba's one-time setup (ms) in a fresh process: ``cpu_target.target_context.refresh()``,
-    which Numba runs before the first kernel it loads from the cache (or compiles)."""
+    """Numba's one-time setup (ms) in a fresh process that imported ``flashlab.torch_attention``:
+    ``cpu_target.target_context.refresh()``, which Numba runs before the first kernel it loads
+    from the cache (or compiles), so the part of the first call that is Numba's alone."""
     res = subprocess.run([sys.executable, "-c", _NUMBA_SETUP], capture_output=True, text=True,
                          check=True, env=dict(os.environ))
     return float(res.stdout.strip().splitlines()[-1])
@@ -163,7 +166,7 @@ def overhead_lines(run: dict) -> list[str]:
                  f"{first['flashlab_ms']:.0f} | {first['sdpa_ms']:.0f} | "
                  f"{first['flashlab_ms'] / first['sdpa_ms']:.1f} | <= 150 ms |")
     if "numba_setup_ms" in first:
-        lines.append(f"| Numba's one-time setup alone (fresh process; in the first call above) | "
+        lines.append(f"| of which Numba's one-time setup (timed alone, fresh process after the import) | "
                      f"{first['numba_setup_ms']:.0f} | | | |")
     if "flashlab_import_ms" in first:
         lines.append(f"| import flashlab.torch_attention (fresh process, torch imported) | "
