@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -84,7 +84,7 @@ from flashlab.validation import _finite as finite_sq_norms
 
 __all__ = ["flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
            "flash_attn_varlen_func_backward", "band_from_window", "scalar_options",
-           "forward_state", "backward_from_state"]
+           "forward_state", "backward_from_state", "ForwardState"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -290,6 +290,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return (out, lse) if return_lse else out
 
 
+class ForwardState(NamedTuple):
+    """What :func:`backward_from_state` needs of a :func:`forward_state` call: the validated
+    problem and ``o`` in the kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept,
+    it is not copied back from flash_attn's layout)."""
+
+    problem: Problem
+    o: np.ndarray
+
+
 #: Checked calls by everything their checks depend on except the values in the arrays (see
 #: :func:`_plan_key`): ``key -> (problem with placeholder arrays, options)``. A training loop
 #: calls with the same shapes and options every step; a repeat skips the shape, dtype and
@@ -321,8 +330,8 @@ def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, a
 
 def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                     alibi_slopes, deterministic, seed
-                    ) -> tuple[np.ndarray, np.ndarray, Problem, _Options]:
-    """Checked forward: ``(out, softmax_lse, problem, options)``, out in flash_attn's layout."""
+                    ) -> tuple[np.ndarray, np.ndarray, ForwardState, _Options]:
+    """Checked forward: ``(out, softmax_lse, state, options)``, out in flash_attn's layout."""
     key = _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                     alibi_slopes, deterministic)
     plan = None if key is None else _PLANS.get(key)
@@ -350,30 +359,34 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
                                 # as kernel_kwargs: the seed reaches the kernels with dropout only
                                 seed=seed if template.dropout_p > 0 else template.seed)
     o, lse, p = forward_for_backward(p)
-    return _bshd(o), lse, p, opts
+    return _bshd(o), lse, ForwardState(p, o), opts
 
 
 def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                   softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=0
-                  ) -> tuple[np.ndarray, np.ndarray, Problem]:
-    """:func:`flash_attn_func` with ``return_lse``, plus the validated problem: ``(out,
-    softmax_lse, problem)``. Hand ``problem`` to :func:`backward_from_state` for the gradients
+                  ) -> tuple[np.ndarray, np.ndarray, ForwardState]:
+    """:func:`flash_attn_func` with ``return_lse``, plus what the backward needs: ``(out,
+    softmax_lse, state)``. Hand ``state`` to :func:`backward_from_state` for the gradients
     without checking q, k, v and the options a second time (the torch door's training step).
     Same arguments, checks and errors as :func:`flash_attn_func`.
     """
-    out, lse, p, _ = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
-                                     softcap, alibi_slopes, deterministic, seed)
-    return out, lse, p
+    out, lse, state, _ = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
+                                         softcap, alibi_slopes, deterministic, seed)
+    return out, lse, state
 
 
-def backward_from_state(problem: Problem, dout, out, softmax_lse) -> tuple[np.ndarray, ...]:
-    """``(dq, dk, dv)`` of :func:`forward_state`'s call, as :func:`flash_attn_func_backward`
-    computes them, from its ``problem``, ``out`` and ``softmax_lse`` (not checked again beyond
-    :func:`flashlab.api.backward_from_forward`'s checks of ``dout``, ``out``, ``softmax_lse``).
-    ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+def backward_from_state(state: ForwardState, dout, softmax_lse) -> tuple[np.ndarray, ...]:
+    """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
+    :func:`flash_attn_func_backward` computes, from its ``state`` and ``softmax_lse`` (not
+    checked again beyond :func:`flashlab.api.backward_from_forward`'s checks of ``dout``, ``o``
+    and ``softmax_lse``). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+
+    The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
+    the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
+    autograd, which reads any strides).
     """
-    grads = backward_from_forward(problem, _bhsd(dout), _bhsd(out), softmax_lse)
-    return tuple(_bshd(g) for g in grads)
+    grads = backward_from_forward(state.problem, _bhsd(dout), state.o, softmax_lse)
+    return tuple(g.transpose(0, 2, 1, 3) for g in grads)
 
 
 def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,

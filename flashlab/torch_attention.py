@@ -263,7 +263,7 @@ class _EagerAttention(torch.autograd.Function):
         else:
             # the forward's validated problem: q, k, v and the options are not checked again
             grads = compat.backward_from_state(ctx.state, _numpy("dout", dout.to(q.dtype)),
-                                               _numpy("out", out), _numpy("softmax_lse", lse))
+                                               _numpy("softmax_lse", lse))
             dq, dk, dv = (_tensor(g) for g in grads)
         return (dq, dk, dv) + (None,) * 7
 

@@ -167,18 +167,18 @@ def test_backward_from_state_matches_the_public_backward(kind):
     k, v = (rng.standard_normal((2, 13, 2, 8), dtype=np.float32) for _ in range(2))
     opts = {"none": {}, "causal": {"causal": True},
             "dropout": {"causal": True, "dropout_p": 0.3, "seed": 11}}[kind]
-    out, lse, problem = compat.forward_state(q, k, v, **opts)
+    out, lse, state = compat.forward_state(q, k, v, **opts)
     out2, lse2 = compat.flash_attn_func(q, k, v, **opts, return_lse=True)
     assert np.array_equal(out, out2) and np.array_equal(lse, lse2)
     dout = rng.standard_normal(out.shape, dtype=np.float32)
-    grads = compat.backward_from_state(problem, dout, out, lse)
+    grads = compat.backward_from_state(state, dout, lse)
     grads2 = compat.flash_attn_func_backward(dout, q, k, v, out, lse, **opts)
     for g, g2 in zip(grads, grads2):
         assert g.shape == g2.shape and np.array_equal(g, g2)
     bad = dout.copy()
     bad[0, 0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="do contains NaN or inf"):
-        compat.backward_from_state(problem, bad, out, lse)
+        compat.backward_from_state(state, bad, lse)
 
 
 def test_torch_eager_path_gives_the_op_path_bits():
