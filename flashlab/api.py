@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flashlab.arguments import as_bool
-from flashlab.kernels import backward as _backward
-from flashlab.kernels import decode as _decode
-from flashlab.kernels import forward as _forward
+from flashlab.kernels import backward as _kbackward
+from flashlab.kernels import decode as _kdecode
+from flashlab.kernels import forward as _kforward
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
@@ -28,7 +28,8 @@ from flashlab.validation import Problem, check_output_like, contiguous, prepare,
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for",
+           "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for", "Kernels",
+           "PARALLEL", "SERIAL",
            "forward_for_backward", "backward_from_forward",
            "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
 
@@ -53,12 +54,12 @@ class Kernels(NamedTuple):
 
 
 #: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
-PARALLEL = Kernels(_forward.flash_forward_kernel, _decode.flash_decode_kernel,
-                   _decode.merge_splits, _backward.flash_backward_kernel, _backward.sum_partials)
+PARALLEL = Kernels(_kforward.flash_forward_kernel, _kdecode.flash_decode_kernel,
+                   _kdecode.merge_splits, _kbackward.flash_backward_kernel, _kbackward.sum_partials)
 #: the same functions built without ``parallel`` (:mod:`flashlab.kernels.serial`)
-SERIAL = Kernels(_forward.flash_forward_serial, _decode.flash_decode_serial,
-                 _decode.merge_splits_serial, _backward.flash_backward_serial,
-                 _backward.sum_partials_serial)
+SERIAL = Kernels(_kforward.flash_forward_serial, _kdecode.flash_decode_serial,
+                 _kdecode.merge_splits_serial, _kbackward.flash_backward_serial,
+                 _kbackward.sum_partials_serial)
 
 
 def kernels_for(p: Problem) -> Kernels:
@@ -281,20 +282,22 @@ def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
     return o.astype(p.dtype, copy=False), lse, p
 
 
-def backward_from_forward(p: Problem, do, o, lse) -> tuple[np.ndarray, ...]:
+def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False
+                          ) -> tuple[np.ndarray, ...]:
     """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
     with the default tiles :data:`BACKWARD_BLOCK`: q, k, v and the options are not validated
     again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
 
     ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
-    q's dtype, finite), and ``o``, ``lse`` too. Returns ``(dq, dk, dv)`` (with the rope
-    gradients when ``p`` has rope operands) in the inputs' dtype.
+    q's dtype, finite), and ``o`` (unless ``own_o``: the very array the forward returned) and
+    ``lse`` too. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
+    operands) in the inputs' dtype.
     """
     Sq, Sk = p.shape[3], p.shape[4]
     block = (min(BACKWARD_BLOCK[0], Sq), min(BACKWARD_BLOCK[1], Sk))   # prepare's clamp
     if block != (p.block_q, p.block_k):
         p = dataclasses.replace(p, block_q=block[0], block_k=block[1])
-    grads, _ = backward_with_tiles(p, do, o, lse)
+    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o)
     return tuple(g.astype(p.dtype, copy=False) for g in grads)
 
 
@@ -313,14 +316,16 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     return tiles.reshape(B, H, -1)
 
 
-def _backward_operands(p: Problem, do, o, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _backward_operands(p: Problem, do, o, lse, *, own_o: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    ``own_o``: ``o`` is the array the forward returned for ``p`` (never a caller's), unchecked.
     """
     B, H, _, Sq, _, _, Dv = p.shape
-    for name, x in (("do", do), ("o", o)):
+    for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
         check_output_like(name, x, p)
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse must be a numpy.ndarray of shape (B, H, Sq) = {(B, H, Sq)}; "
@@ -344,9 +349,12 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
+def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False, own_o: bool = False
                         ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Run the backward kernels on a validated problem.
+
+    ``own_o=True``: ``o`` is the forward's own output for ``p`` (:func:`backward_from_forward`
+    with a :class:`flashlab.compat.ForwardState`), not checked again; ``do`` and ``lse`` are.
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -355,7 +363,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = _backward_operands(p, do, o, lse)
+    do, o, lse = _backward_operands(p, do, o, lse, own_o=own_o)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)

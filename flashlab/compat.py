@@ -378,14 +378,14 @@ def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
 def backward_from_state(state: ForwardState, dout, softmax_lse) -> tuple[np.ndarray, ...]:
     """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
     :func:`flash_attn_func_backward` computes, from its ``state`` and ``softmax_lse`` (not
-    checked again beyond :func:`flashlab.api.backward_from_forward`'s checks of ``dout``, ``o``
-    and ``softmax_lse``). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+    checked again beyond :func:`flashlab.api.backward_from_forward`'s checks of ``dout`` and
+    ``softmax_lse``; ``o`` is the forward's own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
 
     The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
     the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
     autograd, which reads any strides).
     """
-    grads = backward_from_forward(state.problem, _bhsd(dout), state.o, softmax_lse)
+    grads = backward_from_forward(state.problem, _bhsd(dout), state.o, softmax_lse, own_o=True)
     return tuple(g.transpose(0, 2, 1, 3) for g in grads)
 
 

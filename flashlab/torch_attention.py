@@ -21,6 +21,14 @@ that calls the backward op. ``torch.compile`` therefore sees two opaque nodes: D
 traces into Numba, and the eager, ``aot_eager`` and ``inductor`` backends all run the same
 kernels as eager mode.
 
+**Eager mode** does not go through the op's dispatch (the dispatcher, the op's autograd
+wrapper, a second dispatch to the CPU kernel: ~105 us a call, measured in issue 22, more than
+flashlab's own work at (1, 16, 1, 8)): outside ``torch.compile`` the front door calls an
+autograd Function with the op's own bodies, the same saved tensors and the same
+non-differentiable outputs, so both paths give the same bits (tests/test_small_shapes.py).
+Its forward keeps the validated problem (:func:`flashlab.compat.forward_state`), so the
+backward does not check q, k and v again.
+
 The forward saves ``out``, ``softmax_lse`` and the dropout seed; the backward recomputes ``P``
 from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_attn_func_backward`).
 
