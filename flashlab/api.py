@@ -56,7 +56,7 @@ class Kernels(NamedTuple):
 #: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
 PARALLEL = Kernels(_kforward.flash_forward_kernel, _kdecode.flash_decode_kernel,
                    _kdecode.merge_splits, _kbackward.flash_backward_kernel, _kbackward.sum_partials)
-#: the same functions built without ``parallel`` (:mod:`flashlab.kernels.serial`)
+#: the same functions built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`)
 SERIAL = Kernels(_kforward.flash_forward_serial, _kdecode.flash_decode_serial,
                  _kdecode.merge_splits_serial, _kbackward.flash_backward_serial,
                  _kbackward.sum_partials_serial)

@@ -16,8 +16,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from flashlab.kernels.serial import serial_twin
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
 __all__ = ["finite_and_max_sq_norm", "finite_and_max_sq_norm_serial", "SCAN_CHUNKS"]
 
@@ -66,6 +65,6 @@ def finite_and_max_sq_norm(x2):
     return finite.all(), best.max()
 
 
-#: :func:`finite_and_max_sq_norm` built without ``parallel`` (:mod:`flashlab.kernels.serial`):
+#: :func:`finite_and_max_sq_norm` built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`):
 #: one pass on the calling thread, for arrays too small to wake the thread pool
 finite_and_max_sq_norm_serial = serial_twin(finite_and_max_sq_norm)

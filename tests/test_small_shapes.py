@@ -2,7 +2,7 @@
 forward's validated problem, and the torch door's eager path.
 
 * :func:`flashlab.api.kernels_for` runs problems of at most ``SMALL_WORK`` multiply-adds on
-  the serial builds (:mod:`flashlab.kernels.serial`): checked against the float64 reference
+  the serial builds (:func:`~flashlab.numba_cache.serial_twin`): checked against the float64 reference
   over odd shapes (1, 7, 129 ...), causal / window / GQA / dropout / rope, forward and
   backward, and bit for bit against the parallel builds of the same functions.
   Tolerances: float32 ``o`` and ``lse`` within ``1e-5 * max(1, max|ref|)`` of the float64
@@ -25,7 +25,7 @@ from flashlab import api, compat
 from flashlab.kernels import backward as kb
 from flashlab.kernels import decode as kd
 from flashlab.kernels import forward as kf
-from flashlab.kernels.serial import serial_twin
+from flashlab.numba_cache import serial_twin
 from flashlab.validation import prepare
 
 #: (B, H, Hkv, Sq, Sk, Dqk, Dv): odd lengths, GQA/MQA, Dv != Dqk, decode-sized and tiled queries

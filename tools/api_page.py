@@ -36,7 +36,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("The mask model and tile classes", ("flashlab.masks",)),
     ("Numba kernels", ("flashlab.kernels", "flashlab.kernels.tile", "flashlab.kernels.forward",
                        "flashlab.kernels.backward", "flashlab.kernels.blas", "flashlab.kernels.decode",
-                       "flashlab.kernels.intrinsics", "flashlab.kernels.serial")),
+                       "flashlab.kernels.intrinsics")),
     ("The CANN operator interface",
      ("flashlab.cann", "flashlab.cann.operator", "flashlab.cann.attributes",
       "flashlab.cann.layouts", "flashlab.cann.varlen", "flashlab.cann.sparse_modes",

@@ -86,7 +86,6 @@ from numba import njit, prange
 
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn  # (importing blas pins it to 1 thread)
-from flashlab.kernels.serial import serial_twin
 from flashlab.kernels.tile import (
     add_bias_tile,
     all_finite,
@@ -97,7 +96,7 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
            "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
@@ -409,6 +408,6 @@ def sum_partials(part, out):
 
 
 #: :func:`flash_backward_kernel` and :func:`sum_partials` built without ``parallel``
-#: (:mod:`flashlab.kernels.serial`), for problems too small to wake the thread pool
+#: (:func:`~flashlab.numba_cache.serial_twin`), for problems too small to wake the thread pool
 flash_backward_serial = serial_twin(flash_backward_kernel)
 sum_partials_serial = serial_twin(sum_partials)

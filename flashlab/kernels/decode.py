@@ -53,7 +53,6 @@ from numba import njit, prange
 
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn
-from flashlab.kernels.serial import serial_twin
 from flashlab.kernels.tile import (
     add_bias_tile,
     all_finite,
@@ -64,7 +63,7 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, cdiv_jit, kv_block_range, tile_class, tile_fully_masked
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 from flashlab.tiling import cdiv
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
@@ -289,6 +288,6 @@ def merge_splits(part_m, part_l, part_acc, part_tiles, drop_threshold, o, lse, r
 
 
 #: :func:`flash_decode_kernel` and :func:`merge_splits` built without ``parallel``
-#: (:mod:`flashlab.kernels.serial`), for problems too small to wake the thread pool
+#: (:func:`~flashlab.numba_cache.serial_twin`), for problems too small to wake the thread pool
 flash_decode_serial = serial_twin(flash_decode_kernel)
 merge_splits_serial = serial_twin(merge_splits)

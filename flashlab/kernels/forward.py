@@ -52,7 +52,6 @@ from numba import njit, prange
 
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn  # (importing blas also pins it to one thread)
-from flashlab.kernels.serial import serial_twin
 from flashlab.kernels.tile import (
     add_bias_tile,
     all_finite,
@@ -65,7 +64,7 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, tile_visit_class
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
 __all__ = ["flash_forward_kernel", "flash_forward_serial"]
 
@@ -172,6 +171,6 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         overflow[(b * H + h) * n_qb + qb] = bad
 
 
-#: :func:`flash_forward_kernel` built without ``parallel`` (:mod:`flashlab.kernels.serial`): the
+#: :func:`flash_forward_kernel` built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`): the
 #: work items in order on the calling thread, for problems too small to wake the thread pool
 flash_forward_serial = serial_twin(flash_forward_kernel)
