@@ -18,7 +18,9 @@ add the same section to their report and write ``overhead.json``):
 
 Each row is ``causal=True`` float32, ``out.sum().backward()``, timed as the median of
 ``repeats`` calls after one warm-up, with torch's SDPA (on the (B, H, S, D) transposes, so
-the same transposes are in both) timed in the same process, in turn. The targets of issue
+the same transposes are in both) timed in the same process, interleaved: flashlab's step
+then SDPA's, ``repeats`` times, so that a change of load on a shared machine hits both (as
+:func:`flashlab.bench.measure.time_interleaved` does for the suite). The targets of issue
 #22: (1, 16, 1, 8) <= 0.25 ms, (8, 128, 4, 32) <= 1.2x SDPA, first call <= 150 ms.
 
 Set ``OMP_WAIT_POLICY=PASSIVE`` (as ``examples/train_tiny.py`` does) before torch starts:
@@ -73,14 +75,18 @@ print((time.perf_counter() - t) * 1e3)
 """
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()                                          # warm-up (compiles nothing: cache is warm)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+def _median_ms(fns, repeats: int) -> list[float]:
+    """The median (ms) of each of ``fns`` over ``repeats`` rounds, called in turn each round,
+    after one warm-up call of each (which compiles nothing: the cache is warm)."""
+    for fn in fns:
         fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, ts in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1e3)
+    return [statistics.median(ts) for ts in times]
 
 
 def overhead_rows(repeats: int = 50) -> list[dict]:
@@ -102,7 +108,7 @@ def overhead_rows(repeats: int = 50) -> list[dict]:
             F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            is_causal=True).sum().backward()
 
-        fl, sd = _median_ms(flashlab_step, repeats), _median_ms(sdpa_step, repeats)
+        fl, sd = _median_ms((flashlab_step, sdpa_step), repeats)
         rows.append({"shape": list(shape), "flashlab_ms": fl, "sdpa_ms": sd, "ratio": fl / sd})
     return rows
 
