@@ -192,13 +192,17 @@ def test_torch_eager_path_gives_the_op_path_bits():
                                   ((1, 129, 2, 16), True, 0.0)]:
         q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
         results = []
-        for attention in (ta._EagerAttention.apply, ta._forward_op):
+        args = (q, k, v, p_drop, None, causal, -1, 0 if causal else -1, None, False)
+        for attention in (lambda *a: ta._EagerAttention.apply(*a, False),
+                          lambda *a: ta._EagerAttention.apply(*a, True)[0],
+                          lambda *a: ta._forward_op(*a)[0]):
             torch.manual_seed(3)
-            out = attention(q, k, v, p_drop, None, causal, -1, 0 if causal else -1, None, False)[0]
+            out = attention(*args)
             dq, dk, dv = torch.autograd.grad((out * out).sum(), (q, k, v))
             results.append((out.detach(), dq, dk, dv))
-        for a, b in zip(*results):
-            assert torch.equal(a, b)
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                assert torch.equal(a, b)
 
 
 # ----------------------------------------------------------------- compat's cache of checked calls
