@@ -11,16 +11,16 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any
+import dataclasses
+from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
 from flashlab.arguments import as_bool
-from flashlab.kernels.backward import flash_backward_kernel, sum_partials
-from flashlab.kernels.decode import DECODE_MAX_SQ, flash_decode_kernel, kv_splits, merge_splits
-from flashlab.kernels.forward import flash_forward_kernel
+from flashlab.kernels import backward as _kbackward
+from flashlab.kernels import decode as _kdecode
+from flashlab.kernels import forward as _kforward
+from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
 from flashlab.validation import (
@@ -38,38 +38,50 @@ from flashlab.validation import (
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "uses_decode", "FORWARD_BLOCK",
-           "BACKWARD_BLOCK"]
+           "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for", "Kernels",
+           "PARALLEL", "SERIAL",
+           "forward_for_backward", "backward_from_forward",
+           "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 _NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
 
 
-#: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the Numba
-#: kernels on the calling thread alone: waking the pool costs more than the work (see
-#: :func:`serial_if_small`)
+#: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the serial
+#: builds of the kernels (:func:`kernels_for`): waking the pool costs more than the work
 SMALL_WORK = 1 << 22
 
 
-@contextmanager
-def serial_if_small(p: Problem):
-    """Run the kernels of a small problem with one Numba thread (inside the block only).
+class Kernels(NamedTuple):
+    """One build of each kernel the API calls: all parallel, or all serial."""
 
-    Every kernel gives the same bits for any thread count (the tests check it), so this
-    changes the time only: at (1, 16, 1, 8) a parallel launch waits for pool threads that
-    torch's spinning OpenMP threads keep off the cores (measured on the 2-core machine).
+    forward: Any
+    decode: Any
+    merge: Any
+    backward: Any
+    sum_partials: Any
+
+
+#: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
+PARALLEL = Kernels(_kforward.flash_forward_kernel, _kdecode.flash_decode_kernel,
+                   _kdecode.merge_splits, _kbackward.flash_backward_kernel, _kbackward.sum_partials)
+#: the same functions built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`)
+SERIAL = Kernels(_kforward.flash_forward_serial, _kdecode.flash_decode_serial,
+                 _kdecode.merge_splits_serial, _kbackward.flash_backward_serial,
+                 _kbackward.sum_partials_serial)
+
+
+def kernels_for(p: Problem) -> Kernels:
+    """:data:`SERIAL` for a problem of at most :data:`SMALL_WORK` multiply-adds, else :data:`PARALLEL`.
+
+    A parallel kernel launches Numba's thread pool on every call (even with one thread set):
+    at (1, 16, 1, 8) that launch, not the arithmetic, was the call's time. Both builds run the
+    same function and give the same bits (every kernel's result is independent of the thread
+    count; tests/test_small_shapes.py compares them), so this changes the time only.
     """
     B, H, _, Sq, Sk, Dqk, Dv = p.shape
-    if B * H * Sq * Sk * (Dqk + Dv) > SMALL_WORK:
-        yield
-        return
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(old)
+    return SERIAL if B * H * Sq * Sk * (Dqk + Dv + p.d_rope) <= SMALL_WORK else PARALLEL
 
 
 def compute_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
@@ -106,6 +118,13 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     ``check_overflow``: test every tile (True), none (False, for tests that plant NaN on
     purpose) or only when :func:`~flashlab.validation.scores_may_overflow` says so (None).
     """
+    return _forward(p, check_overflow)[:4]
+
+
+def _forward(p: Problem, check_overflow: bool | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Problem]:
+    """:func:`forward_with_stats`, plus the problem with k and v scanned (or checked by the
+    decode kernel as it read them)."""
     decode = uses_decode(p)
     if not p.kv_scanned and not decode:
         p = scan_kv(p)
@@ -125,18 +144,20 @@ def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=ct)
     row_max = np.empty((B, H, Sq), dtype=ct)
+    kernels = kernels_for(p)
     if decode:
-        tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max)
-        return o, lse, row_max, tiles
+        tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max,
+                                kernels)
+        return o, lse, row_max, tiles, p
     n_qb = cdiv(Sq, p.block_q)
-    tiles = np.zeros(B * H * n_qb, dtype=np.int64)
-    overflow = np.zeros(B * H * n_qb, dtype=np.int64)
-    flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
-                         *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
-                         p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
-                         bool(check_overflow), o, lse, row_max, tiles, overflow)
+    tiles = np.empty(B * H * n_qb, dtype=np.int64)     # every entry written by the kernel
+    overflow = np.empty(B * H * n_qb, dtype=np.int64)
+    kernels.forward(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
+                    *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
+                    p.drop_threshold, np.uint64(p.seed), p.offset, bool(check_overflow), o, lse,
+                    row_max, tiles, overflow)
     _raise_on_overflow(p, overflow, ct)
-    return o, lse, row_max, tiles
+    return o, lse, row_max, tiles, p
 
 
 def uses_decode(p: Problem) -> bool:
@@ -149,8 +170,8 @@ def uses_decode(p: Problem) -> bool:
     return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
 
 
-def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max
-                    ) -> np.ndarray:
+def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max,
+                    kernels: Kernels) -> np.ndarray:
     """The split-KV forward into ``o``, ``lse``, ``row_max``; returns the tiles computed per
     head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
@@ -162,10 +183,10 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
     part_tiles = np.zeros((B, Hkv, n_split, group), dtype=np.int64)
     overflow = np.zeros((B, Hkv, n_split), dtype=np.int64)
     nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
-    flash_decode_kernel(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
-                        p.left, p.right, p.block_k, n_split, p.drop_threshold,
-                        np.uint64(p.seed), p.offset, check_overflow, part_m, part_l, part_acc,
-                        part_tiles, overflow, nonfinite)
+    kernels.decode(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
+                   p.left, p.right, p.block_k, n_split, p.drop_threshold, np.uint64(p.seed),
+                   p.offset, check_overflow, part_m, part_l, part_acc, part_tiles, overflow,
+                   nonfinite)
     if not p.kv_scanned:
         # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
         # score, one in V a non-finite partial output (P~ = 0 times inf is NaN). Only then is
@@ -179,7 +200,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
                     else (0, 0))
     _raise_on_overflow(p, overflow, ct)
     tiles = np.zeros(B * H, dtype=np.int64)
-    merge_splits(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
+    kernels.merge(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
     return tiles
 
 
@@ -259,9 +280,38 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
-    with serial_if_small(p):
-        o, lse, _, _ = forward_with_stats(p)
-    return o.astype(p.dtype, copy=False), lse
+    o, lse, _ = forward_for_backward(p)
+    return o, lse
+
+
+def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
+    """The forward of a training step on a validated problem: ``(o, lse, p)``, o in the inputs'
+    dtype, and the problem to hand to :func:`backward_from_forward`.
+
+    ``p`` comes from :func:`~flashlab.validation.prepare` (``scan_kv=False`` is fine: k and v
+    are scanned here, or checked by the decode kernel as it reads them).
+    """
+    o, lse, _, _, p = _forward(p, None)
+    return o.astype(p.dtype, copy=False), lse, p
+
+
+def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False
+                          ) -> tuple[np.ndarray, ...]:
+    """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
+    with the default tiles :data:`BACKWARD_BLOCK`: q, k, v and the options are not validated
+    again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
+
+    ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
+    q's dtype, finite), and ``o`` (unless ``own_o``: the very array the forward returned) and
+    ``lse`` too. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
+    operands) in the inputs' dtype.
+    """
+    Sq, Sk = p.shape[3], p.shape[4]
+    block = (min(BACKWARD_BLOCK[0], Sq), min(BACKWARD_BLOCK[1], Sk))   # prepare's clamp
+    if block != (p.block_q, p.block_k):
+        p = dataclasses.replace(p, block_q=block[0], block_k=block[1])
+    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o)
+    return tuple(g.astype(p.dtype, copy=False) for g in grads)
 
 
 def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
@@ -279,17 +329,18 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     return tiles.reshape(B, H, -1)
 
 
-def _backward_operands(p: Problem, do, o, lse, door: Door | None = None
+def _backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
     The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
+    ``own_o``: ``o`` is the array the forward returned for ``p`` (never a caller's), unchecked.
     """
     B, H, _, Sq, _, _, Dv = p.shape
     door = KERNEL if door is None else door
-    for name, x in (("do", do), ("o", o)):
+    for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
         check_output_like(door.name(name), x, p)
     check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
@@ -306,9 +357,13 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
-                        door: Door | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+                        door: Door | None = None, own_o: bool = False
+                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Run the backward kernels on a validated problem (``door``: whose names the messages
     about ``do``, ``o``, ``lse`` use).
+
+    ``own_o=True``: ``o`` is the forward's own output for ``p`` (:func:`backward_from_forward`
+    with a :class:`flashlab.compat.ForwardState`), not checked again; ``do`` and ``lse`` are.
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -317,7 +372,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = _backward_operands(p, do, o, lse, door)
+    do, o, lse = _backward_operands(p, do, o, lse, door, own_o=own_o)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
@@ -357,19 +412,20 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
         dbias_part = np.zeros((1, 1, 1, 1, 1), dtype=ct)
     dq = np.empty((B, H, Sq, Dqk), dtype=ct)
     dq_rope = np.zeros((B, H, Sq, Dr) if has_rope else (1, 1, 1, 1), dtype=ct)
-    tiles = np.zeros(B * H * n_qb, dtype=np.int64)
-    overflow = np.zeros(B * H * n_qb, dtype=np.int64)
-    flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
-                          *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q,
-                          p.block_k, p.drop_threshold, np.uint64(p.seed), p.offset,
-                          scores_may_overflow(p, ct), n_split, dq, dk_part, dv_part, dq_rope,
-                          dkr_part, dbias_part, want_dbias, tiles, overflow, DV_SLICE_ROWS)
+    tiles = np.empty(B * H * n_qb, dtype=np.int64)     # every entry written by the kernel
+    overflow = np.empty(B * H * n_qb, dtype=np.int64)
+    kernels = kernels_for(p)
+    kernels.backward(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
+                     *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
+                     p.drop_threshold, np.uint64(p.seed), p.offset, scores_may_overflow(p, ct),
+                     n_split, dq, dk_part, dv_part, dq_rope, dkr_part, dbias_part, want_dbias,
+                     tiles, overflow, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
     # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
     for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),
                                   (dk_rope, dkr_part, dkr_sum)):
         if needs_sum:
-            sum_partials(part, grad)
+            kernels.sum_partials(part, grad)
     grads: tuple[np.ndarray, ...] = (dq, dk, dv)
     if dk_rope is not None:
         grads += (dq_rope, dk_rope)
@@ -438,8 +494,7 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
-    with serial_if_small(p):
-        grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
+    grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
         out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)

@@ -66,17 +66,24 @@ flash_attn-only features it lacks raise here (``softcap != 0``, ``block_table``:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from flashlab.api import flash_attention, flash_attention_backward
+from flashlab.api import (
+    backward_from_forward,
+    flash_attention,
+    flash_attention_backward,
+    forward_for_backward,
+)
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
 from flashlab.validation import (
     Door,
+    Problem,
     check_alibi_slopes,
     check_dropout,
     check_like,
@@ -84,12 +91,16 @@ from flashlab.validation import (
     check_pair,
     check_scale,
     check_seed,
+    contiguous,
     operands,
     packed_sequences,
+    prepare,
 )
+from flashlab.validation import _finite as finite_sq_norms
 
-__all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward", "flash_attn_varlen_func",
-           "flash_attn_varlen_func_backward", "band_from_window", "scalar_options"]
+__all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
+           "flash_attn_varlen_func", "flash_attn_varlen_func_backward", "band_from_window",
+           "scalar_options", "forward_state", "backward_from_state", "ForwardState"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -262,17 +273,112 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     NotImplementedError
         ``softcap != 0``.
     """
-    qh, kh, vh = operands(FLASH_ATTN, q, k, v)
-    B, H, Sq, _ = qh.shape
-    Sk = kh.shape[2]
-    opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                    deterministic, seed, B, H)
-    o, lse = flash_attention(qh, kh, vh, door=FLASH_ATTN,
-                             **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
-    out = _bshd(o)
+    out, lse, p, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
+                                        softcap, alibi_slopes, deterministic, seed)
     if return_attn_probs:
-        return out, lse, _probs(qh, kh, vh, opts, opts.alibi_slopes, 0)
+        return out, lse, _probs(_bhsd(q), _bhsd(k), _bhsd(v), opts, opts.alibi_slopes, 0)
     return (out, lse) if return_lse else out
+
+
+class ForwardState(NamedTuple):
+    """What :func:`backward_from_state` needs of a :func:`forward_state` call: the validated
+    problem and ``o`` in the kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept,
+    it is not copied back from flash_attn's layout)."""
+
+    problem: Problem
+    o: np.ndarray
+
+
+#: Checked calls by everything their checks depend on except the values in the arrays (see
+#: :func:`_plan_key`): ``key -> (problem with placeholder arrays, options)``. A training loop
+#: calls with the same shapes and options every step; a repeat skips the shape, dtype and
+#: option checks (each passed for this key before) and keeps what depends on the values: the
+#: NaN/inf scans of q, k, v and the seed's range. Issue 22: the checks were ~40 % of a
+#: (1, 16, 1, 8) call. Bounded: cleared when it holds _PLANS_MAX keys.
+_PLANS: dict[tuple, tuple[Problem, _Options]] = {}
+_PLANS_MAX = 64
+_PLACEHOLDER = np.zeros((1, 1, 1, 1), dtype=np.float32)
+
+
+def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+              deterministic) -> tuple | None:
+    """The key of :data:`_PLANS`, or None when the call is not cached (ALiBi slopes, whose
+    values are checked; arguments that are not plain arrays or not hashable). Every scalar
+    enters with its type, so that ``causal=1`` never finds ``causal=True``'s entry."""
+    if alibi_slopes is not None or not all(type(x) is np.ndarray for x in (q, k, v)):
+        return None
+    try:
+        key = (q.dtype, q.shape, k.dtype, k.shape, v.dtype, v.shape,
+               type(dropout_p), dropout_p, type(softmax_scale), softmax_scale, type(causal),
+               causal, type(window_size), tuple((type(w), w) for w in window_size),
+               type(softcap), softcap, type(deterministic), deterministic)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                    alibi_slopes, deterministic, seed
+                    ) -> tuple[np.ndarray, np.ndarray, ForwardState, _Options]:
+    """Checked forward: ``(out, softmax_lse, state, options)``, out in flash_attn's layout."""
+    key = _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                    alibi_slopes, deterministic)
+    plan = None if key is None else _PLANS.get(key)
+    if plan is None:
+        qh, kh, vh = operands(FLASH_ATTN, q, k, v)
+        B, H, Sq, _ = qh.shape
+        Sk = kh.shape[2]
+        opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                        deterministic, seed, B, H)
+        # k and v are scanned by the forward (or checked by the decode kernel as it reads them)
+        p = prepare(qh, kh, vh, scan_kv=False, door=FLASH_ATTN,
+                    **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
+        if key is not None:
+            if len(_PLANS) >= _PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[key] = (dataclasses.replace(p, q=_PLACEHOLDER, k=_PLACEHOLDER,
+                                               v=_PLACEHOLDER, q_sq_norm=None), opts)
+    else:
+        template, opts = plan
+        seed = check_seed("seed", seed)
+        if seed != opts.seed:
+            opts = dataclasses.replace(opts, seed=seed)
+        # the per-call part of prepare: C-contiguous (B, H, S, D) operands and q's scan
+        # (k and v: by the forward, as above)
+        qh, kh, vh = (contiguous(_bhsd(x)) for x in (q, k, v))
+        p = dataclasses.replace(template, q=qh, k=kh, v=vh, q_sq_norm=finite_sq_norms(FLASH_ATTN, q=qh)["q"],
+                                # as kernel_kwargs: the seed reaches the kernels with dropout only
+                                seed=seed if template.dropout_p > 0 else template.seed)
+    o, lse, p = forward_for_backward(p)
+    return _bshd(o), lse, ForwardState(p, o), opts
+
+
+def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=0
+                  ) -> tuple[np.ndarray, np.ndarray, ForwardState]:
+    """:func:`flash_attn_func` with ``return_lse``, plus what the backward needs: ``(out,
+    softmax_lse, state)``. Hand ``state`` to :func:`backward_from_state` for the gradients
+    without checking q, k, v and the options a second time (the torch door's training step).
+    Same arguments, checks and errors as :func:`flash_attn_func`.
+    """
+    out, lse, state, _ = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
+                                         softcap, alibi_slopes, deterministic, seed)
+    return out, lse, state
+
+
+def backward_from_state(state: ForwardState, dout, softmax_lse) -> tuple[np.ndarray, ...]:
+    """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
+    :func:`flash_attn_func_backward` computes, from its ``state`` and ``softmax_lse`` (not
+    checked again beyond :func:`flashlab.api.backward_from_forward`'s checks of ``dout`` and
+    ``softmax_lse``; ``o`` is the forward's own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+
+    The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
+    the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
+    autograd, which reads any strides).
+    """
+    grads = backward_from_forward(state.problem, _bhsd(dout), state.o, softmax_lse, own_o=True)
+    return tuple(g.transpose(0, 2, 1, 3) for g in grads)
 
 
 def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,

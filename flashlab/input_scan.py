@@ -16,9 +16,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
-__all__ = ["finite_and_max_sq_norm", "SCAN_CHUNKS"]
+__all__ = ["finite_and_max_sq_norm", "finite_and_max_sq_norm_serial", "SCAN_CHUNKS"]
 
 #: The number of chunks the rows are cut into, one parallel item each. It is a constant because
 #: the result (a max and an "and") does not depend on the order and nothing is gained by varying it.
@@ -63,3 +63,8 @@ def finite_and_max_sq_norm(x2):
         best[c] = m
         finite[c] = ok
     return finite.all(), best.max()
+
+
+#: :func:`finite_and_max_sq_norm` built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`):
+#: one pass on the calling thread, for arrays too small to wake the thread pool
+finite_and_max_sq_norm_serial = serial_twin(finite_and_max_sq_norm)

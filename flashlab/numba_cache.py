@@ -22,18 +22,35 @@ threading layer (``NUMBA_THREADING_LAYER``: ``omp``, ``tbb`` or ``workqueue``; s
 thread pool, a ``multiprocessing`` child created with ``fork`` can hang or abort. Use
 ``multiprocessing.set_start_method("spawn")`` (or a ``spawn`` context) when worker processes
 call flashlab.
+
+**Serial twins** (:func:`serial_twin`). A ``@njit(parallel=True)`` kernel starts Numba's
+thread pool on every call, even with ``numba.set_num_threads(1)``: the ``prange`` loop is
+lowered to a gufunc that the threading layer launches. For a problem whose arithmetic is a few
+thousand multiply-adds that launch *is* the call (issue 22: (1, 16, 1, 8) forward plus
+backward through the torch door took 1.0 ms against SDPA's 0.08 ms). :func:`serial_twin`
+compiles the very same function a second time without ``parallel``, where Numba runs
+``prange`` as ``range`` on the calling thread: one source of truth, two builds
+(:func:`flashlab.api.kernels_for` picks one from the problem's size). Every parallel kernel of
+flashlab gives the same bits for any thread count, and one thread running the work items in
+order is one of them (tests/test_small_shapes.py compares the builds bit for bit). The cache
+is why the twin needs a name of its own: Numba names a function's cache files after its
+qualified name and keys an entry by signature and bytecode, not by the compile flags, so a
+plain ``njit`` of the same ``py_func`` would read (or overwrite) the parallel build's entry.
 """
 from __future__ import annotations
 
 import getpass
 import os
 import tempfile
+import types
 import warnings
 from pathlib import Path
+from typing import Any
 
+from numba import njit
 from numba.core import config
 
-__all__ = ["CACHE", "CACHE_DIR", "choose_cache"]
+__all__ = ["CACHE", "CACHE_DIR", "choose_cache", "serial_twin"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -110,3 +127,25 @@ CACHE: bool
 #: the folder the cache is in when it is not beside the source, or None for Numba's default
 CACHE_DIR: str | None
 CACHE, CACHE_DIR = choose_cache()
+
+
+def serial_twin(kernel: Any) -> Any:
+    """The ``@njit`` dispatcher ``kernel`` (``parallel=True``) compiled without ``parallel``.
+
+    Same code object, globals, defaults and other options (``fastmath``), cached as every
+    flashlab kernel (:data:`flashlab.numba_cache.CACHE`); named
+    ``<name>_serial`` (its own cache entries). Calling it runs every ``prange`` iteration on
+    the calling thread, in order.
+    """
+    f = kernel.py_func
+    twin = types.FunctionType(f.__code__, f.__globals__, f"{f.__name__}_serial",
+                              f.__defaults__, f.__closure__)
+    twin.__qualname__ = f"{f.__qualname__}_serial"
+    twin.__module__ = f.__module__
+    twin.__doc__ = (f"Serial build of :func:`{f.__module__}.{f.__name__}` (no thread pool; "
+                    f":func:`flashlab.numba_cache.serial_twin`).")
+    # the dispatcher's compile options, less parallel (and nopython, which njit implies); the
+    # cache flag is not among them: flashlab's one (:mod:`flashlab.numba_cache`)
+    options = {key: value for key, value in kernel.targetoptions.items()
+               if key not in ("parallel", "nopython")}
+    return njit(cache=CACHE, **options)(twin)

@@ -21,6 +21,14 @@ that calls the backward op. ``torch.compile`` therefore sees two opaque nodes: D
 traces into Numba, and the eager, ``aot_eager`` and ``inductor`` backends all run the same
 kernels as eager mode.
 
+**Eager mode** does not go through the op's dispatch (the dispatcher, the op's autograd
+wrapper, a second dispatch to the CPU kernel: ~105 us a call, measured in issue 22, more than
+flashlab's own work at (1, 16, 1, 8)): outside ``torch.compile`` the front door calls an
+autograd Function with the op's own bodies, the same saved tensors and the same
+non-differentiable outputs, so both paths give the same bits (tests/test_small_shapes.py).
+Its forward keeps the validated problem (:func:`flashlab.compat.forward_state`), so the
+backward does not check q, k and v again.
+
 The forward saves ``out``, ``softmax_lse`` and the dropout seed; the backward recomputes ``P``
 from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_attn_func_backward`).
 
@@ -68,7 +76,7 @@ def _numpy(name: str, x) -> np.ndarray:
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    if x.device.type != "cpu":
+    if not x.is_cpu:         # (0.1 us; x.device.type builds a device object, 0.4 us)
         raise ValueError(f"{name} must be on the CPU; got device {x.device}")
     x = x.detach()
     if x.dtype == torch.bfloat16:
@@ -95,23 +103,62 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+# ------------------------------------------------------------------------------ the two computations
+def _forward_impl(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
+                  alibi_slopes, return_probs):
+    """``(out, softmax_lse, seed, attn_probs)``: out (B, Sq, H, Dv) in q's dtype, softmax_lse
+    (B, H, Sq) float32 (float64 for float64 q), seed () int64 (0 without dropout), attn_probs
+    (B, H, Sq, Sk) in q's dtype with ``return_probs``, else (0,). The body of the forward op."""
+    out, lse, seed, probs, _ = _forward_state(q, k, v, dropout_p, softmax_scale, causal,
+                                              window_left, window_right, alibi_slopes,
+                                              return_probs)
+    return out, lse, torch.full((), seed, dtype=torch.int64), probs
+
+
+def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
+                   alibi_slopes, return_probs):
+    """``(out, softmax_lse, seed, attn_probs, state)``: :func:`_forward_impl`'s outputs with the
+    seed as an int, and the forward's state (:func:`flashlab.compat.forward_state`; None with
+    ``return_probs``), which the eager path's backward reuses instead of checking q, k, v
+    again."""
+    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
+    seed = _draw_seed() if dropout_p > 0 else 0
+    args = (_numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
+            (window_left, window_right), 0.0, slopes, False)
+    if return_probs:
+        out, lse, probs = compat.flash_attn_func(*args, True, seed=seed)
+        state = None
+        probs = _tensor(probs)
+    else:
+        out, lse, state = compat.forward_state(*args, seed=seed)
+        probs = q.new_empty((0,))
+    return _tensor(out), _tensor(lse), seed, probs, state
+
+
+def _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
+                   window_left, window_right, alibi_slopes):
+    """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v: the body of the backward op and
+    of the eager path's backward."""
+    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
+    # the autograd engine may hand a gradient of another dtype/layout: q's dtype, as the
+    # forward's out (numpy then reads it in any strides)
+    dout = dout.to(q.dtype)
+    grads = compat.flash_attn_func_backward(
+        _numpy("dout", dout), _numpy("q", q), _numpy("k", k), _numpy("v", v), _numpy("out", out),
+        _numpy("softmax_lse", lse), dropout_p, softmax_scale, causal, (window_left, window_right),
+        0.0, slopes, False, seed=int(seed))
+    return tuple(_tensor(g) for g in grads)
+
+
 # ------------------------------------------------------------------------------ the custom ops
 @torch.library.custom_op("flashlab::flash_attn_forward", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                 softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
                 alibi_slopes: Optional[torch.Tensor], return_probs: bool
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(out, softmax_lse, seed, attn_probs)``: out (B, Sq, H, Dv) in q's dtype, softmax_lse
-    (B, H, Sq) float32 (float64 for float64 q), seed () int64 (0 without dropout), attn_probs
-    (B, H, Sq, Sk) in q's dtype with ``return_probs``, else (0,)."""
-    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
-    seed = _draw_seed() if dropout_p > 0 else 0
-    results = compat.flash_attn_func(
-        _numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
-        (window_left, window_right), 0.0, slopes, False, return_probs, return_lse=True, seed=seed)
-    out, lse, *probs = (_tensor(x) for x in results)
-    probs = probs[0] if return_probs else q.new_empty((0,))
-    return out, lse, torch.tensor(seed, dtype=torch.int64), probs
+    """``(out, softmax_lse, seed, attn_probs)`` (:func:`_forward_impl`)."""
+    return _forward_impl(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
+                         alibi_slopes, return_probs)
 
 
 @_forward_op.register_fake
@@ -131,16 +178,9 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                  softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
                  alibi_slopes: Optional[torch.Tensor]
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v."""
-    slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
-    # the autograd engine may hand a gradient of another dtype/layout: q's dtype, as the
-    # forward's out (numpy then reads it in any strides)
-    dout = dout.to(q.dtype)
-    grads = compat.flash_attn_func_backward(
-        _numpy("dout", dout), _numpy("q", q), _numpy("k", k), _numpy("v", v), _numpy("out", out),
-        _numpy("softmax_lse", lse), dropout_p, softmax_scale, causal, (window_left, window_right),
-        0.0, slopes, False, seed=int(seed))
-    return tuple(_tensor(g) for g in grads)
+    """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v (:func:`_backward_impl`)."""
+    return _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
+                          window_left, window_right, alibi_slopes)
 
 
 @_backward_op.register_fake
@@ -202,10 +242,64 @@ torch.library.register_vmap("flashlab::flash_attn_forward", _no_vmap("flashlab::
 torch.library.register_vmap("flashlab::flash_attn_backward", _no_vmap("flashlab::flash_attn_backward"))
 
 
+# ------------------------------------------------------------------------------ eager mode
+class _EagerAttention(torch.autograd.Function):
+    """The forward op's computation and autograd formula, called without the op's dispatch.
+
+    Outside ``torch.compile`` nothing needs the registered op: its eager call goes through the
+    dispatcher, the op's autograd wrapper and a second dispatch to the CPU kernel, measured
+    at ~105 us of a 155 us forward plus backward of an op that computes nothing (issue 22,
+    (1, 16, 1, 8) on the 2-core machine; this Function: 49 us). This class runs the same
+    :func:`_forward_impl` and :func:`_backward_impl`, saves the same tensors, marks the same
+    outputs non-differentiable. With ``create_graph=True`` its backward calls the backward
+    *op*, whose own autograd formula refuses double backward with the op path's message.
+
+    It returns ``out`` alone unless ``need_lse`` (then ``(out, softmax_lse, attn_probs)``) and
+    keeps the seed as an int: each extra output of an autograd Function costs its own
+    bookkeeping (measured, a Function of (1, 16, 1, 8) returning four outputs against one:
+    70 against 50 us a forward plus backward).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
+                alibi_slopes, return_probs, need_lse):
+        out, lse, ctx.seed, probs, ctx.state = _forward_state(
+            q, k, v, dropout_p, softmax_scale, causal, window_left, window_right, alibi_slopes,
+            return_probs)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = (dropout_p, softmax_scale, causal, window_left, window_right)
+        ctx.alibi_slopes = alibi_slopes
+        if not need_lse:
+            return out
+        ctx.mark_non_differentiable(lse, probs)
+        return out, lse, probs
+
+    @staticmethod
+    def backward(ctx, dout, *_):
+        # unpacked for torch's check that none was changed in place since the forward
+        q, k, v, out, lse = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True: through the op, so that the gradients carry its refusal
+            seed = torch.full((), ctx.seed, dtype=torch.int64)
+            dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options,
+                                      ctx.alibi_slopes)
+        elif ctx.state is None:
+            dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, *ctx.options,
+                                        ctx.alibi_slopes)
+        else:
+            # the forward's validated problem: q, k, v and the options are not checked again
+            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout.to(q.dtype)),
+                                               _numpy("softmax_lse", lse))
+            dq, dk, dv = (_tensor(g) for g in grads)
+        # one gradient per forward input: q, k, v, then None for the options and flags
+        return (dq, dk, dv) + (None,) * 8
+
+
 # ------------------------------------------------------------------------------ the front door
 def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-               deterministic, return_probs):
-    """``(out, softmax_lse, attn_probs)`` through the forward op, arguments checked first."""
+               deterministic, return_probs, need_lse):
+    """``(out, softmax_lse, attn_probs)``, arguments checked first; ``softmax_lse`` and
+    ``attn_probs`` are None in eager mode unless ``need_lse`` or ``return_probs``."""
     # the scalar options are checked here, by compat's rules and with its messages (the op's
     # schema would refuse a str with torch's own words); under torch.compile Dynamo runs this
     # as Python on constants while it traces
@@ -223,9 +317,16 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
             "torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported by flashlab's "
             "attention: its ops read the tensors' memory through numpy. Use torch.autograd "
             "(loss.backward() / torch.autograd.grad) and batch along the batch dimension.")
-    out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
-                                     alibi_slopes, bool(return_probs))
-    return out, lse, probs
+    # torch.compile traces the registered op (Dynamo never enters Numba); eager mode runs the
+    # same computation without the op's dispatch (:class:`_EagerAttention`)
+    if torch.compiler.is_compiling():
+        out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
+                                         alibi_slopes, bool(return_probs))
+        return out, lse, probs
+    need_lse = bool(need_lse or return_probs)
+    result = _EagerAttention.apply(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
+                                   alibi_slopes, bool(return_probs), need_lse)
+    return result if need_lse else (result, None, None)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -245,7 +346,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     one not on the CPU; ``NotImplementedError`` for ``softcap != 0``, double backward and vmap.
     """
     out, lse, probs = _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                                 alibi_slopes, deterministic, return_attn_probs)
+                                 alibi_slopes, deterministic, return_attn_probs, return_attn_probs)
     return (out, lse, probs) if return_attn_probs else out
 
 
@@ -261,7 +362,7 @@ class FlashlabAttention:
     def apply(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
               alibi_slopes=None, deterministic=False, return_lse=False, return_attn_probs=False):
         out, lse, probs = _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, 0.0,
-                                     alibi_slopes, deterministic, return_attn_probs)
+                                     alibi_slopes, deterministic, return_attn_probs, return_lse)
         if return_attn_probs:
             return out, lse, probs
         return (out, lse) if return_lse else out

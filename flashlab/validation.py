@@ -124,25 +124,30 @@ def _finite(door: Door | None = None, **arrays: np.ndarray) -> dict[str, float]:
     return norms
 
 
-#: arrays of at most this many elements are scanned by NumPy in the calling thread: a parallel
-#: Numba launch wakes a thread pool, which next to torch's spinning OpenMP threads cost
-#: 0.13 s per call on this 2-core machine (cProfile of the torch door at (1, 16, 1, 8))
-SMALL_SCAN = 1 << 15
+#: arrays of at most this many elements are scanned by the serial build of the scan, in the
+#: calling thread: a parallel Numba launch wakes a thread pool, which next to torch's spinning
+#: OpenMP threads cost 0.13 s per call on this 2-core machine (cProfile of the torch door at
+#: (1, 16, 1, 8)). Measured (float32 rows of 32, 2-core machine, best of 100): 2^17 elements
+#: serial 15 us, parallel 12 us; 2^19: 61 and 20 us; 2^22: 490 and 247 us; with the other
+#: core busy the parallel median was 10-24 ms at every size (the pool waits for its thread)
+SMALL_SCAN = 1 << 18
 
 
 def _scan(x: np.ndarray) -> tuple[bool, float]:
     """``(all finite, max squared norm of the last axis in float64)`` of ``x``.
 
-    float32/float64 arrays in one parallel Numba pass (:mod:`flashlab.input_scan`: measured
-    ~4x faster than the NumPy below, which matters for decode, see that module); small ones
-    (``<= SMALL_SCAN`` elements) by NumPy, with no thread pool to wake.
+    float32/float64 arrays in one Numba pass (:mod:`flashlab.input_scan`: measured ~4x
+    faster than the NumPy below, which matters for decode, see that module): parallel above
+    ``SMALL_SCAN`` elements, else its serial build (one call instead of NumPy's three passes
+    and temporaries: ~1 us against ~10 us at (1, 16, 1, 8)). Empty arrays by NumPy.
     """
     if x.dtype in HALF_DTYPES:
         # float16/bfloat16 -> float32 is exact (NaN and inf stay), then the same pass
         x = x.astype(np.float32)
-    if x.dtype in (np.float32, np.float64) and x.size > SMALL_SCAN:
-        from flashlab.input_scan import finite_and_max_sq_norm
-        ok, sq = finite_and_max_sq_norm(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
+    if x.dtype in (np.float32, np.float64) and x.size:
+        from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
+        scan = finite_and_max_sq_norm if x.size > SMALL_SCAN else finite_and_max_sq_norm_serial
+        ok, sq = scan(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
         return bool(ok), float(sq)
     with np.errstate(over="ignore"):
         sq = float(np.max(np.einsum("...d,...d->...", x, x, dtype=np.float64))) if x.size else 0.0

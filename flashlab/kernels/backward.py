@@ -96,11 +96,11 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
 __all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
            "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
-           "sum_partials"]
+           "sum_partials", "flash_backward_serial", "sum_partials_serial"]
 
 @njit(cache=CACHE)
 def row_dot(do_blk, o_blk, dsum):
@@ -405,3 +405,9 @@ def sum_partials(part, out):
                 for d in range(D):
                     # dK_g = sum_{h in group g} sum_c dK_{h, c}
                     out[b, g, j, d] += part[b, h, c, j, d]
+
+
+#: :func:`flash_backward_kernel` and :func:`sum_partials` built without ``parallel``
+#: (:func:`~flashlab.numba_cache.serial_twin`), for problems too small to wake the thread pool
+flash_backward_serial = serial_twin(flash_backward_kernel)
+sum_partials_serial = serial_twin(sum_partials)

@@ -63,11 +63,12 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, cdiv_jit, kv_block_range, tile_class, tile_fully_masked
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 from flashlab.tiling import cdiv
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
-           "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS"]
+           "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS", "flash_decode_serial",
+           "merge_splits_serial"]
 
 #: The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (and the query
 #: fits one q-block, no RoPE operands). Decode and speculative decoding have Sq of 1 to ~8.
@@ -284,3 +285,9 @@ def merge_splits(part_m, part_l, part_acc, part_tiles, drop_threshold, o, lse, r
             for c in range(n_split):
                 n += part_tiles[b, hk, c, h % group]
             tiles_done[b * H + h] = n
+
+
+#: :func:`flash_decode_kernel` and :func:`merge_splits` built without ``parallel``
+#: (:func:`~flashlab.numba_cache.serial_twin`), for problems too small to wake the thread pool
+flash_decode_serial = serial_twin(flash_decode_kernel)
+merge_splits_serial = serial_twin(merge_splits)

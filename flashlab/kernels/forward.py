@@ -64,9 +64,9 @@ from flashlab.kernels.tile import (
     score_tile,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, tile_visit_class
-from flashlab.numba_cache import CACHE
+from flashlab.numba_cache import CACHE, serial_twin
 
-__all__ = ["flash_forward_kernel"]
+__all__ = ["flash_forward_kernel", "flash_forward_serial"]
 
 
 @njit(parallel=True, cache=CACHE)
@@ -169,3 +169,8 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         row_max[b, h, i0:i1] = m
         tiles_done[(b * H + h) * n_qb + qb] = done
         overflow[(b * H + h) * n_qb + qb] = bad
+
+
+#: :func:`flash_forward_kernel` built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`): the
+#: work items in order on the calling thread, for problems too small to wake the thread pool
+flash_forward_serial = serial_twin(flash_forward_kernel)

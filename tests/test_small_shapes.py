@@ -1,0 +1,286 @@
+"""The small-shape path (issue 22, point 3): serial kernel builds, the backward that reuses the
+forward's validated problem, and the torch door's eager path.
+
+* :func:`flashlab.api.kernels_for` runs problems of at most ``SMALL_WORK`` multiply-adds on
+  the serial builds (:func:`~flashlab.numba_cache.serial_twin`): checked against the float64 reference
+  over odd shapes (1, 7, 129 ...), causal / window / GQA / dropout / rope, forward and
+  backward, and bit for bit against the parallel builds of the same functions.
+  Tolerances: float32 ``o`` and ``lse`` within ``1e-5 * max(1, max|ref|)`` of the float64
+  reference, gradients within ``2e-5 * max(1, max|ref|)``; float64 within ``1e-10``.
+* :func:`flashlab.compat.forward_state` / :func:`~flashlab.compat.backward_from_state` give
+  the bits of :func:`~flashlab.compat.flash_attn_func` / ``flash_attn_func_backward``.
+* The torch door's eager path (:class:`flashlab.torch_attention._EagerAttention`) gives the
+  bits of the registered op with its autograd formula.
+
+Speed is not asserted here (it is the benchmark's: ``python -m flashlab.bench.overhead``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_qkv
+
+import flashlab
+from flashlab import api, compat
+from flashlab.kernels import backward as kb
+from flashlab.kernels import decode as kd
+from flashlab.kernels import forward as kf
+from flashlab.numba_cache import serial_twin
+from flashlab.validation import prepare
+
+#: (B, H, Hkv, Sq, Sk, Dqk, Dv): odd lengths, GQA/MQA, Dv != Dqk, decode-sized and tiled queries
+SHAPES = [
+    (1, 1, 1, 1, 1, 8, 8),
+    (1, 1, 1, 16, 16, 8, 8),       # the overhead row's (1, 16, 1, 8)
+    (1, 2, 1, 7, 129, 16, 8),      # MQA, decode-sized query (Sq <= 16)
+    (2, 4, 2, 129, 7, 8, 16),      # GQA, Sq > Sk
+    (1, 3, 3, 33, 129, 4, 4),
+    (1, 4, 2, 129, 129, 8, 8),     # tiled forward, GQA partial sums
+]
+#: the mask/option kinds, each with every shape
+OPTIONS = {
+    "none": {},
+    "causal": {"causal": True},
+    "window": {"window": (3, 1)},
+    "window-empty-rows": {"window": (None, -3)},
+    "dropout": {"causal": True, "dropout_p": 0.25, "seed": 7},
+}
+
+
+def _id(shape):
+    return "x".join(map(str, shape))
+
+
+def _work(shape) -> int:
+    B, H, _, Sq, Sk, Dqk, Dv = shape
+    return B * H * Sq * Sk * (Dqk + Dv)
+
+
+def test_every_shape_here_takes_the_serial_path():
+    for shape in SHAPES:
+        assert _work(shape) <= api.SMALL_WORK, shape
+        B, H, Hkv, Sq, Sk, Dqk, Dv = shape
+        assert api.kernels_for(prepare(**make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv))) is api.SERIAL
+
+
+def test_kernels_for_picks_parallel_above_the_threshold():
+    # 1 * 1 * 256 * 256 * 128 = 2^23 multiply-adds > SMALL_WORK = 2^22
+    p = prepare(**make_qkv(1, 1, 1, 256, 256, 64, 64))
+    assert api.kernels_for(p) is api.PARALLEL
+    p = prepare(**make_qkv(1, 1, 1, 128, 256, 64, 64))       # 2^22: still serial
+    assert api.kernels_for(p) is api.SERIAL
+
+
+def test_serial_twins_are_serial_and_cached_apart():
+    """Each twin is its kernel's function, compiled without parallel, under its own name (Numba's
+    cache keys entries by name and bytecode, not by the parallel flag)."""
+    pairs = [(kf.flash_forward_kernel, kf.flash_forward_serial),
+             (kd.flash_decode_kernel, kd.flash_decode_serial),
+             (kd.merge_splits, kd.merge_splits_serial),
+             (kb.flash_backward_kernel, kb.flash_backward_serial),
+             (kb.sum_partials, kb.sum_partials_serial)]
+    for kernel, twin in pairs:
+        assert kernel.targetoptions.get("parallel") is True
+        assert not twin.targetoptions.get("parallel")
+        assert twin.py_func.__code__ is kernel.py_func.__code__
+        assert twin.py_func.__qualname__ == kernel.py_func.__qualname__ + "_serial"
+    assert serial_twin(kf.flash_forward_kernel).py_func.__name__ == "flash_forward_kernel_serial"
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+def test_small_path_against_reference(shape, kind):
+    """Forward and backward of the small path against the float64 reference."""
+    B, H, Hkv, Sq, Sk, Dqk, Dv = shape
+    x = make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv, seed=sum(shape))
+    opts = OPTIONS[kind]
+    o, lse = flashlab.flash_attention(**x, **opts)
+    ro, rlse = flashlab.attention_reference(**x, **opts)
+    floor = 1e-5
+    assert np.abs(o - ro).max() <= floor * max(1.0, np.abs(ro).max())
+    finite = np.isfinite(rlse)
+    assert np.array_equal(np.isfinite(lse), finite)            # empty rows: -inf in both
+    lse_err = np.abs(lse[finite] - rlse[finite]).max(initial=0.0)
+    assert lse_err <= floor * max(1.0, np.abs(rlse[finite]).max(initial=0.0))
+    do = np.random.default_rng(1).standard_normal(o.shape).astype(np.float32)
+    grads = flashlab.flash_attention_backward(do, **x, o=o, lse=lse, **opts)
+    refs = flashlab.attention_reference_backward(do, **x, **opts)
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+        assert g.dtype == np.float32 and g.shape == r.shape
+        assert np.abs(g - r).max() <= 2e-5 * max(1.0, np.abs(r).max()), name
+
+
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[3]], ids=_id)
+def test_small_path_float64_and_rope(shape):
+    B, H, Hkv, Sq, Sk, Dqk, Dv = shape
+    x = make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv, dtype=np.float64, seed=3, Dr=4, Hr=1)
+    o, lse = flashlab.flash_attention(**x, causal=True)
+    ro, rlse = flashlab.attention_reference(**x, causal=True)
+    np.testing.assert_allclose(o, ro, atol=1e-10)
+    np.testing.assert_allclose(lse, rlse, atol=1e-10)
+    do = np.random.default_rng(2).standard_normal(o.shape)
+    grads = flashlab.flash_attention_backward(do, **x, o=o, lse=lse, causal=True)
+    refs = flashlab.attention_reference_backward(do, **x, causal=True)
+    assert len(grads) == len(refs) == 5
+    for g, r in zip(grads, refs):
+        np.testing.assert_allclose(g, r, atol=1e-10)
+
+
+def _both_builds(monkeypatch, run):
+    """``run()`` with every kernel parallel, then with every kernel serial."""
+    out = []
+    for kernels in (api.PARALLEL, api.SERIAL):
+        monkeypatch.setattr(api, "kernels_for", lambda p, kernels=kernels: kernels)
+        out.append(run())
+    return out
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+@pytest.mark.parametrize("shape", SHAPES + [(1, 8, 2, 300, 70, 8, 8)], ids=_id)
+def test_serial_and_parallel_builds_give_the_same_bits(monkeypatch, shape, kind):
+    """One thread running the work items in order is one of the thread counts every kernel is
+    deterministic over: the serial build gives the parallel build's bits (forward, decode,
+    merge, backward, partial sums; the last shape has several q-blocks and chunks)."""
+    B, H, Hkv, Sq, Sk, Dqk, Dv = shape
+    x = make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv, seed=5)
+    opts = OPTIONS[kind]
+    block = {"block_q": 64, "block_k": 32}
+    p = prepare(**x, **opts, **block)
+    do = np.random.default_rng(1).standard_normal((B, H, Sq, Dv)).astype(np.float32)
+
+    def run():
+        o, lse, row_max, tiles = api.forward_with_stats(p)
+        grads, btiles = api.backward_with_tiles(p, do, o, lse)
+        return (o, lse, row_max, tiles, btiles) + tuple(grads)
+
+    par, ser = _both_builds(monkeypatch, run)
+    for a, b in zip(par, ser):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "dropout"])
+def test_backward_from_state_matches_the_public_backward(kind):
+    """compat.forward_state + backward_from_state (no second validation) give the bits of
+    flash_attn_func + flash_attn_func_backward, and refuse a non-finite dout the same way."""
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, 9, 4, 8), dtype=np.float32)
+    k, v = (rng.standard_normal((2, 13, 2, 8), dtype=np.float32) for _ in range(2))
+    opts = {"none": {}, "causal": {"causal": True},
+            "dropout": {"causal": True, "dropout_p": 0.3, "seed": 11}}[kind]
+    out, lse, state = compat.forward_state(q, k, v, **opts)
+    out2, lse2 = compat.flash_attn_func(q, k, v, **opts, return_lse=True)
+    assert np.array_equal(out, out2) and np.array_equal(lse, lse2)
+    dout = rng.standard_normal(out.shape, dtype=np.float32)
+    grads = compat.backward_from_state(state, dout, lse)
+    grads2 = compat.flash_attn_func_backward(dout, q, k, v, out, lse, **opts)
+    for g, g2 in zip(grads, grads2):
+        assert g.shape == g2.shape and np.array_equal(g, g2)
+    bad = dout.copy()
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="do contains NaN or inf"):
+        compat.backward_from_state(state, bad, lse)
+
+
+def test_torch_eager_path_gives_the_op_path_bits():
+    """The eager autograd.Function and the registered op (with its autograd formula) compute
+    the same out and gradients, bit for bit, dropout included (the same seed drawn)."""
+    torch = pytest.importorskip("torch", reason="the torch door")
+    from flashlab import torch_attention as ta
+
+    g = torch.Generator().manual_seed(0)
+    for shape, causal, p_drop in [((1, 16, 1, 8), True, 0.0), ((2, 7, 4, 8), False, 0.2),
+                                  ((1, 129, 2, 16), True, 0.0)]:
+        q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
+        results = []
+        args = (q, k, v, p_drop, None, causal, -1, 0 if causal else -1, None, False)
+        for attention in (lambda *a: ta._EagerAttention.apply(*a, False),
+                          lambda *a: ta._EagerAttention.apply(*a, True)[0],
+                          lambda *a: ta._forward_op(*a)[0]):
+            torch.manual_seed(3)
+            out = attention(*args)
+            dq, dk, dv = torch.autograd.grad((out * out).sum(), (q, k, v))
+            results.append((out.detach(), dq, dk, dv))
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------- compat's cache of checked calls
+def _outcome(fn):
+    """``("ok", results)`` or ``(exception type, message)`` of ``fn()``."""
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001 - the outcome itself is compared
+        return type(e), str(e)
+
+
+def test_cached_checks_give_the_same_bits_and_still_scan_the_values(monkeypatch):
+    """A repeated call (same shapes, dtypes, options) skips the shape/option checks and gives the
+    bits of the first call; the values are still scanned (NaN in q, k or v) and the seed's
+    range still checked, with the messages of a first call."""
+    monkeypatch.setattr(compat, "_PLANS", {})
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 9, 4, 8), dtype=np.float32)
+    k, v = (rng.standard_normal((2, 13, 2, 8), dtype=np.float32) for _ in range(2))
+    opts = dict(causal=True, dropout_p=0.1)
+    first = compat.flash_attn_func(q, k, v, **opts, seed=3, return_lse=True)
+    assert len(compat._PLANS) == 1
+    again = compat.flash_attn_func(q, k, v, **opts, seed=3, return_lse=True)
+    other_seed = compat.flash_attn_func(q, k, v, **opts, seed=4, return_lse=True)
+    assert len(compat._PLANS) == 1
+    for a, b in zip(first, again):
+        assert np.array_equal(a, b)
+    monkeypatch.setattr(compat, "_PLANS", {})
+    fresh = compat.flash_attn_func(q, k, v, **opts, seed=4, return_lse=True)
+    for a, b in zip(other_seed, fresh):
+        assert np.array_equal(a, b)
+    for name in ("q", "k", "v"):
+        bad = {"q": q, "k": k, "v": v}
+        bad[name] = bad[name].copy()
+        bad[name][1, 2, 1, 3] = np.inf
+        cached = _outcome(lambda bad=bad: compat.flash_attn_func(**bad, **opts))
+        monkeypatch.setattr(compat, "_PLANS", {})
+        uncached = _outcome(lambda bad=bad: compat.flash_attn_func(**bad, **opts))
+        assert cached[0] is ValueError and cached == uncached, name
+        compat.flash_attn_func(q, k, v, **opts)          # the key cached again
+    cached = _outcome(lambda: compat.flash_attn_func(q, k, v, **opts, seed=-1))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    assert cached[0] is ValueError and cached == _outcome(
+        lambda: compat.flash_attn_func(q, k, v, **opts, seed=-1))
+
+
+@pytest.mark.parametrize("first, then", [
+    (dict(causal=True), dict(causal=1)),
+    (dict(dropout_p=0.0), dict(dropout_p=0)),
+    (dict(window_size=(-1, -1)), dict(window_size=(-1.0, -1))),
+    (dict(window_size=(2, 0)), dict(window_size=[2, 0])),
+    (dict(softmax_scale=0.5), dict(softmax_scale=np.float32(0.5))),
+])
+def test_an_argument_of_another_type_is_checked_as_on_a_first_call(monkeypatch, first, then):
+    """The cache keys every scalar with its type: ``then`` after ``first`` behaves exactly as
+    ``then`` alone (accepted with the same bits, or refused with the same error)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, 5, 2, 4), dtype=np.float32) for _ in range(3))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    compat.flash_attn_func(q, k, v, **first)
+    after_first = _outcome(lambda: compat.flash_attn_func(q, k, v, **then))
+    monkeypatch.setattr(compat, "_PLANS", {})
+    alone = _outcome(lambda: compat.flash_attn_func(q, k, v, **then))
+    assert after_first[0] == alone[0]
+    if alone[0] == "ok":
+        assert np.array_equal(after_first[1], alone[1])
+    else:
+        assert after_first[1] == alone[1]
+
+
+def test_the_cache_is_bounded_and_skips_alibi(monkeypatch):
+    monkeypatch.setattr(compat, "_PLANS", {})
+    rng = np.random.default_rng(9)
+    for s in range(1, compat._PLANS_MAX + 3):
+        q = rng.standard_normal((1, s, 1, 4), dtype=np.float32)
+        compat.flash_attn_func(q, q, q)
+        assert 1 <= len(compat._PLANS) <= compat._PLANS_MAX
+    monkeypatch.setattr(compat, "_PLANS", {})
+    q = rng.standard_normal((1, 5, 2, 4), dtype=np.float32)
+    compat.flash_attn_func(q, q, q, alibi_slopes=np.array([0.5, 0.25]))
+    assert compat._PLANS == {}
