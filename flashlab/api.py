@@ -24,11 +24,9 @@ from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 from flashlab.masks import kv_block_range
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
 from flashlab.validation import (
-    KERNEL,
     Door,
     Problem,
-    check_lse,
-    check_output_like,
+    backward_operands,
     contiguous,
     prepare,
     scan_kv,
@@ -329,24 +327,6 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     return tiles.reshape(B, H, -1)
 
 
-def _backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
-
-    Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
-    (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
-    The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
-    ``own_o``: ``o`` is the array the forward returned for ``p`` (never a caller's), unchecked.
-    """
-    B, H, _, Sq, _, _, Dv = p.shape
-    door = KERNEL if door is None else door
-    for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
-        check_output_like(door.name(name), x, p)
-    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
-    # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return contiguous(do), contiguous(o), contiguous(lse)
-
-
 def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
     """(B, H, n, Sqb, Skb) per-work-item dS sums -> the bias's (Bb, Hb, Sqb, Skb), fixed order."""
     total = part.sum(axis=2)
@@ -372,7 +352,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = _backward_operands(p, do, o, lse, door, own_o=own_o)
+    do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o)
     q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)

@@ -30,10 +30,9 @@ from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
-           "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype", "check_rope_pair",
-           "check_rope",
-           "check_like", "check_lse", "check_scale", "check_dropout", "check_seed", "check_offset",
-           "packed_sequences"]
+           "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
+           "check_rope_pair", "check_rope", "check_like", "check_lse", "check_scale",
+           "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
 #: are computed in float32 and returned in their own dtype
@@ -642,3 +641,21 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
         if as_int(name, m) < longest:
             raise ValueError(f"{name} must be >= the longest sequence, {longest}; got {m}")
     return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
+
+
+def backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
+
+    Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
+    (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
+    The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
+    ``own_o``: ``o`` is the array the forward returned for ``p`` (never a caller's), unchecked.
+    """
+    B, H, _, Sq, _, _, Dv = p.shape
+    door = KERNEL if door is None else door
+    for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
+        check_output_like(door.name(name), x, p)
+    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
+    # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
+    return contiguous(do), contiguous(o), contiguous(lse)

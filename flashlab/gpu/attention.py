@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashlab.api import _backward_operands
 from flashlab.arguments import as_bool
 from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
 from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes
@@ -20,7 +19,7 @@ from flashlab.gpu.target import is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
 from flashlab.masks import kv_block_range
 from flashlab.tiling import cdiv
-from flashlab.validation import Problem, prepare
+from flashlab.validation import Problem, backward_operands, prepare
 
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
            "kv_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
@@ -95,7 +94,7 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     """
     p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
     _float32(p)
-    do, o, lse = _backward_operands(p, do, o, lse)
+    do, o, lse = backward_operands(p, do, o, lse)
     count = as_bool("count_traffic", count_traffic)
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     _check_launch(p.block_q, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
