@@ -296,7 +296,7 @@ def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
 def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False
                           ) -> tuple[np.ndarray, ...]:
     """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
-    with the default tiles :data:`BACKWARD_BLOCK`: q, k, v and the options are not validated
+    with the default tiles :data:`~flashlab.tiling.BACKWARD_BLOCK`: q, k, v and the options are not validated
     again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
 
     ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),

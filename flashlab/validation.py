@@ -386,7 +386,7 @@ class Door:
     symbols: tuple[tuple[str, str], ...] = ()
     packed: bool = False
     note: str = ""
-    #: the operands' rank in the door's layout; 0: ``len(order)`` (CANN's BSH: 3, read as 4-D)
+    #: the operands' rank in the door's layout (0 means ``len(order)``; CANN's BSH has 3, read as 4-D)
     ndim: int = 0
     # derived once in __post_init__ (the per-call checks only read them)
     _names: dict = field(init=False, repr=False, compare=False)
