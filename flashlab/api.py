@@ -11,7 +11,6 @@ the tiles computed); :mod:`flashlab.cann` and the tests build on them.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -304,10 +303,7 @@ def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False
     ``lse`` too. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
     operands) in the inputs' dtype.
     """
-    Sq, Sk = p.shape[3], p.shape[4]
-    block = (min(BACKWARD_BLOCK[0], Sq), min(BACKWARD_BLOCK[1], Sk))   # prepare's clamp
-    if block != (p.block_q, p.block_k):
-        p = dataclasses.replace(p, block_q=block[0], block_k=block[1])
+    p = p.with_blocks(*BACKWARD_BLOCK)
     grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o)
     return tuple(g.astype(p.dtype, copy=False) for g in grads)
 

@@ -91,12 +91,10 @@ from flashlab.validation import (
     check_pair,
     check_scale,
     check_seed,
-    contiguous,
     operands,
     packed_sequences,
     prepare,
 )
-from flashlab.validation import _finite as finite_sq_norms
 
 __all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
            "flash_attn_varlen_func", "flash_attn_varlen_func_backward", "band_from_window",
@@ -344,12 +342,10 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
         seed = check_seed("seed", seed)
         if seed != opts.seed:
             opts = dataclasses.replace(opts, seed=seed)
-        # the per-call part of prepare: C-contiguous (B, H, S, D) operands and q's scan
-        # (k and v: by the forward, as above)
-        qh, kh, vh = (contiguous(_bhsd(x)) for x in (q, k, v))
-        p = dataclasses.replace(template, q=qh, k=kh, v=vh, q_sq_norm=finite_sq_norms(FLASH_ATTN, q=qh)["q"],
-                                # as kernel_kwargs: the seed reaches the kernels with dropout only
-                                seed=seed if template.dropout_p > 0 else template.seed)
+        # the per-call part of prepare (k and v: scanned by the forward, as above)
+        p = template.with_operands(_bhsd(q), _bhsd(k), _bhsd(v), FLASH_ATTN)
+        if template.dropout_p > 0:     # as kernel_kwargs: the seed reaches the kernels with dropout only
+            p = dataclasses.replace(p, seed=seed)
     o, lse, p = forward_for_backward(p)
     return _bshd(o), lse, ForwardState(p, o), opts
 

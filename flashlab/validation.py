@@ -104,6 +104,23 @@ class Problem:
         """The kernels' integer form of ``dropout_p`` (:func:`flashlab.dropout.keep_threshold`)."""
         return keep_threshold(self.dropout_p)
 
+    def with_blocks(self, block_q: int, block_k: int) -> Problem:
+        """The problem with tiles ``block_q x block_k``, clamped to the lengths as :func:`prepare`
+        clamps them (a tile larger than the problem is the problem); ``self`` if unchanged."""
+        block_q, block_k = min(block_q, self.q.shape[2]), min(block_k, self.k.shape[2])
+        if (block_q, block_k) == (self.block_q, self.block_k):
+            return self
+        return dataclasses.replace(self, block_q=block_q, block_k=block_k)
+
+    def with_operands(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, door: Door | None = None
+                      ) -> Problem:
+        """The per-call part of :func:`prepare` for operands of this problem's shapes and
+        dtype, already checked once with its options: q, k, v (B, H, S, D) made C-contiguous
+        and q scanned for NaN/inf (k and v left to the caller, as with ``scan_kv=False``)."""
+        q, k, v = contiguous(q), contiguous(k), contiguous(v)
+        return dataclasses.replace(self, q=q, k=k, v=v, q_sq_norm=_finite(door, q=q)["q"],
+                                   k_sq_norm=None, kv_scanned=False)
+
 
 def _positive_int(name: str, x) -> int:
     return as_int(name, x, lo=1, what="an int >= 1")
@@ -298,6 +315,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     offset = check_offset(door.name("offset"), offset)
 
     # a tile larger than the problem is the problem: scratch is sized from the clamped blocks
+    # (as Problem.with_blocks clamps)
     block_q = min(_positive_int("block_q", block_q), Sq)
     block_k = min(_positive_int("block_k", block_k), Sk)
     c = contiguous
