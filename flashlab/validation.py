@@ -210,19 +210,7 @@ def check_output_like(name: str, x, p: Problem, *, same_dtype: bool = True) -> n
     instead of q's exact dtype. Returns ``x`` unchanged.
     """
     B, H, _, Sq, _, _, Dv = p.shape
-    expected = (B, H, Sq, Dv)
-    if same_dtype:
-        return check_like(name, x, expected, "(B, H, Sq, Dv)", p.dtype)
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of shape (B, H, Sq, Dv) = {expected}; "
-                        f"got {type(x).__name__}")
-    if x.shape != expected:
-        raise ValueError(f"{name} must have shape (B, H, Sq, Dv) = {expected}; got {x.shape}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} contains NaN or inf; it must be finite")
-    return x
+    return check_like(name, x, (B, H, Sq, Dv), "(B, H, Sq, Dv)", p.dtype if same_dtype else None)
 
 
 def check_pair(name: str, x, what: str) -> tuple:
@@ -547,18 +535,22 @@ def check_rope(door: Door, q4: np.ndarray, k4: np.ndarray, qr4: np.ndarray, kr4:
                          f"{door.show(kr4)}{note}")
 
 
-def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype, dtype_of: str = "q",
-               *, scan: bool = True) -> np.ndarray:
+def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype | None,
+               dtype_of: str = "q", *, scan: bool = True) -> np.ndarray:
     """A gradient-side operand (``do``, ``o``; flash_attn's ``dout``, ``out``; CANN's ``dy``,
     ``attention_in``): a finite numpy array of shape ``expected`` (described as ``shape``) and
-    ``dtype`` (``dtype_of``'s). Returns ``x`` unchanged. ``scan=False`` leaves the NaN/inf scan
-    to the kernel API's backward, which a front door calls next with its own names (one pass)."""
+    ``dtype`` (``dtype_of``'s; None: any of :data:`FLOAT_DTYPES`). Returns ``x`` unchanged.
+    ``scan=False`` leaves the NaN/inf scan to the kernel API's backward, which a front door
+    calls next with its own names (one pass)."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray of shape {shape} = {expected}; "
                         f"got {type(x).__name__}")
     if x.shape != expected:
         raise ValueError(f"{name} must have shape {shape} = {expected}; got {x.shape}")
-    if x.dtype != dtype:
+    if dtype is None:
+        if x.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} must be {FLOAT_NAMES}; got dtype {x.dtype}")
+    elif x.dtype != dtype:
         raise TypeError(f"{name} must have {dtype_of}'s dtype {dtype}; got {x.dtype}")
     if scan and not np.isfinite(x).all():
         raise ValueError(f"{name} contains NaN or inf; it must be finite")
