@@ -94,6 +94,7 @@ from flashlab.kernels.tile import (
     head_operands,
     mask_tile,
     score_tile,
+    store_scaled,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
 from flashlab.numba_cache import CACHE, serial_twin
@@ -346,7 +347,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 gemm_nt(do_t, v_blk, dp, 1.0, 0.0)
                 if dropout:
                     pd = pd_buf[: rows_t * cols].reshape((rows_t, cols))
-                    pd[:] = s
+                    store_scaled(pd, s, 1.0)        # pd = P
                     # Z o P: the forward's dropped entries, from the same counters
                     drop_tile(pd, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
                               drop_threshold)
@@ -375,10 +376,10 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     gemm_tn(dp, qrs_t, dkr_acc[tj0:tj1], 1.0, 1.0)
                 done += 1
             # dQ_i = scale * sum_j dS K_j
-            dq[b, h, i0:i1] = dq_acc * scale
+            store_scaled(dq[b, h, i0:i1], dq_acc, scale)
             if has_rope:
                 # dQ^rope_i = scale * sum_j dS K^rope_j
-                dq_rope[b, h, i0:i1] = dqr_acc * scale
+                store_scaled(dq_rope[b, h, i0:i1], dqr_acc, scale)
             tiles_done[(b * H + h) * n_qb + qb] = done
             overflow[(b * H + h) * n_qb + qb] = bad
 

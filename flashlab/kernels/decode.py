@@ -157,8 +157,9 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
     (B, Hkv, n_split, group*Sq, Dv) the unnormalised output; part_tiles (B, Hkv, n_split,
     group) int64 tiles computed per head; part_overflow (B, Hkv, n_split) int64;
     part_nonfinite (B, Hkv, n_split) int64, 1 where a score of the group's tile was NaN or
-    inf before any mask: with ``part_acc`` it tells the API whether K or V held NaN/inf, so
-    that the API need not read K and V a second time to check them (:func:`flashlab.api.flash_attention`).
+    inf before any mask or the partial output is not finite: it tells the API whether K or V
+    may hold NaN/inf, so that the API need not read K and V a second time to check them
+    (:func:`flashlab.api.flash_attention`).
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
@@ -230,6 +231,9 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
                 pv_few_rows(s, v[b, hk, j0:j1], acc)
             else:
                 gemm_nn(s, v[b, hk, j0:j1], acc, 1.0, 1.0)
+        # a NaN or inf in V_j reaches O~ only (P~ = 0 times inf is NaN): flagged as K's are
+        if not all_finite(acc):
+            part_nonfinite[b, hk, c] = 1
         part_overflow[b, hk, c] = bad
 
 

@@ -62,6 +62,7 @@ from flashlab.kernels.tile import (
     qblock_order,
     rescale_rows,
     score_tile,
+    store_scaled,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, tile_visit_class
 from flashlab.numba_cache import CACHE, serial_twin
@@ -165,8 +166,10 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
         if dropout:
             # O = O~ / (l (1 - p))
-            o[b, h, i0:i1] *= inv_keep
-        row_max[b, h, i0:i1] = m
+            o_blk = o[b, h, i0:i1]
+            store_scaled(o_blk, o_blk, inv_keep)
+        for r in range(i1 - i0):        # (a loop: see tile.store_scaled)
+            row_max[b, h, i0 + r] = m[r]
         tiles_done[(b * H + h) * n_qb + qb] = done
         overflow[(b * H + h) * n_qb + qb] = bad
 

@@ -33,7 +33,7 @@ from flashlab.numba_cache import CACHE
 
 __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
            "drop_tile", "mask_tile", "exp_nonpositive", "exp_shifted", "row_max",
-           "online_softmax_update", "rescale_rows", "finalize_rows"]
+           "online_softmax_update", "rescale_rows", "finalize_rows", "store_scaled"]
 
 
 @njit(cache=CACHE, inline="always")
@@ -303,3 +303,17 @@ def finalize_rows(m, l, acc, o_blk, lse_blk):
             # O = O~ / l
             for d in range(acc.shape[1]):
                 o_blk[r, d] = acc[r, d] * inv
+
+
+@njit(cache=CACHE, inline="always")
+def store_scaled(dst, src, scale):
+    """``dst[r, c] = scale * src[r, c]`` for 2-D arrays of one shape.
+
+    A loop, not ``dst[...] = src * scale``: assigning an *array* to a slice makes Numba
+    compile a shape-mismatch error with a formatted message (string building code, a third
+    of a kernel's LLVM module), which every new process then reads back from the cache
+    (issue 22: the first call's time), and the product would be a temporary array.
+    """
+    for r in range(src.shape[0]):
+        for c in range(src.shape[1]):
+            dst[r, c] = src[r, c] * scale
