@@ -43,6 +43,20 @@ __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "com
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 _NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
+#: an absent bias or RoPE operand, per compute dtype: read-only to the kernels, so shared
+#: (allocating them per call was ~1 us each of a small call)
+_NO_OPERAND = {t: np.zeros((1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
+#: the backward's outputs that a problem without RoPE / without ``want_dbias`` has (dq_rope 4-D;
+#: the dK^rope and dbias partials 5-D): never written by the kernel then (each write is under
+#: ``if has_rope`` / ``if want_dbias``), so shared too
+_NO_OUTPUT4 = {t: np.zeros((1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
+_NO_OUTPUT5 = {t: np.zeros((1, 1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
+
+
+def _as_compute(ct, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays`` in the compute dtype ``ct`` (float16/bfloat16 inputs -> float32 copies;
+    arrays already of dtype ``ct`` returned as they are, without an ``astype`` call each)."""
+    return tuple(x if x.dtype.type is ct else x.astype(ct) for x in arrays)
 
 
 #: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the serial
@@ -88,7 +102,7 @@ def compute_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
 
 def _bias_operands(p: Problem, ct) -> tuple:
     """The kernels' bias/ALiBi/dropout arguments, placeholders where absent."""
-    bias = (np.zeros((1, 1, 1, 1), dtype=ct) if p.bias is None
+    bias = (_NO_OPERAND[ct] if p.bias is None
             else contiguous(p.bias.astype(ct, copy=False)))
     slopes = _NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes
     return (bias, p.bias is not None, slopes, p.alibi_slopes is not None, p.alibi_offset,
@@ -125,18 +139,17 @@ def _forward(p: Problem, check_overflow: bool | None
     decode = uses_decode(p)
     if not p.kv_scanned and not decode:
         p = scan_kv(p)
+    ct = compute_dtype(p.dtype)
     if check_overflow is None:
         # without k's scan (decode checks what it reads) there is no bound: check every tile
-        check_overflow = scores_may_overflow(p, compute_dtype(p.dtype)) if p.kv_scanned else True
+        check_overflow = scores_may_overflow(p, ct) if p.kv_scanned else True
     B, H, _, Sq, _, _, Dv = p.shape
-    ct = compute_dtype(p.dtype)
-    q, k, v = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v))
+    q, k, v = _as_compute(ct, p.q, p.k, p.v)
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
-        q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
+        q_rope, k_rope = _as_compute(ct, p.q_rope, p.k_rope)
     else:
-        q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
-        k_rope = q_rope
+        q_rope = k_rope = _NO_OPERAND[ct]
     mask = _NO_MASK if p.mask is None else p.mask
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=ct)
@@ -186,15 +199,17 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
                    nonfinite)
     if not p.kv_scanned:
         # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
-        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN). Only then is
-        # the whole of K and V scanned, for the message; the key rows the band kept the kernel
-        # from reading are scanned here (none without causal/window).
-        if nonfinite.any() or not np.isfinite(part_acc).all():
+        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN), and the
+        # kernel flags both in ``nonfinite``. Only then are the whole of K and V scanned, for
+        # the message; the key rows the band kept the kernel from reading are scanned here
+        # (none without causal/window).
+        if nonfinite.any():
             scan_kv(p)              # raises: the message names k or v
         else:
             kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
-            scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
-                    else (0, 0))
+            if kb0 > 0 or kb1 * p.block_k < Sk:     # some key rows were not read
+                scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
+                        else (0, 0))
     _raise_on_overflow(p, overflow, ct)
     tiles = np.zeros(B * H, dtype=np.int64)
     kernels.merge(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
@@ -292,19 +307,19 @@ def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
     return o.astype(p.dtype, copy=False), lse, p
 
 
-def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False
+def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False, own_lse: bool = False
                           ) -> tuple[np.ndarray, ...]:
     """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
     with the default tiles :data:`~flashlab.tiling.BACKWARD_BLOCK`: q, k, v and the options are not validated
     again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
 
     ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
-    q's dtype, finite), and ``o`` (unless ``own_o``: the very array the forward returned) and
-    ``lse`` too. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
+    q's dtype, finite), and ``o`` and ``lse`` too, unless ``own_o`` / ``own_lse``: the very
+    arrays the forward returned. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
     operands) in the inputs' dtype.
     """
     p = p.with_blocks(*BACKWARD_BLOCK)
-    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o)
+    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o, own_lse=own_lse)
     return tuple(g.astype(p.dtype, copy=False) for g in grads)
 
 
@@ -333,13 +348,14 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
-                        door: Door | None = None, own_o: bool = False
+                        door: Door | None = None, own_o: bool = False, own_lse: bool = False
                         ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Run the backward kernels on a validated problem (``door``: whose names the messages
     about ``do``, ``o``, ``lse`` use).
 
-    ``own_o=True``: ``o`` is the forward's own output for ``p`` (:func:`backward_from_forward`
-    with a :class:`flashlab.compat.ForwardState`), not checked again; ``do`` and ``lse`` are.
+    ``own_o=True`` / ``own_lse=True``: ``o`` / ``lse`` is the forward's own output for ``p``
+    (:func:`backward_from_forward` with a :class:`flashlab.compat.ForwardState`), not checked
+    again; ``do`` always is.
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -348,15 +364,14 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o)
-    q, k, v, do, o, lse = (x.astype(ct, copy=False) for x in (p.q, p.k, p.v, do, o, lse))
+    do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o, own_lse=own_lse)
+    q, k, v, do, o, lse = _as_compute(ct, p.q, p.k, p.v, do, o, lse)
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
-        q_rope, k_rope = p.q_rope.astype(ct, copy=False), p.k_rope.astype(ct, copy=False)
+        q_rope, k_rope = _as_compute(ct, p.q_rope, p.k_rope)
         Hr, Dr = k_rope.shape[1], p.d_rope
     else:
-        q_rope = np.zeros((1, 1, 1, 1), dtype=ct)
-        k_rope = q_rope
+        q_rope = k_rope = _NO_OPERAND[ct]
         Hr, Dr = 1, 1
     mask = _NO_MASK if p.mask is None else p.mask
     n_qb = cdiv(Sq, p.block_q)
@@ -376,7 +391,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     if has_rope:
         dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
     else:
-        dk_rope, dkr_part, dkr_sum = None, np.zeros((1, 1, 1, 1, 1), dtype=ct), False
+        dk_rope, dkr_part, dkr_sum = None, _NO_OUTPUT5[ct], False
     bias = p.bias
     want_dbias = bool(want_dbias) and bias is not None
     if want_dbias and bias is not None:
@@ -385,15 +400,15 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
         Sqb, Skb = bias.shape[2:]
         dbias_part = np.zeros((B, H, n_split if Sqb == 1 else 1, Sqb, Skb), dtype=ct)
     else:
-        dbias_part = np.zeros((1, 1, 1, 1, 1), dtype=ct)
+        dbias_part = _NO_OUTPUT5[ct]
     dq = np.empty((B, H, Sq, Dqk), dtype=ct)
-    dq_rope = np.zeros((B, H, Sq, Dr) if has_rope else (1, 1, 1, 1), dtype=ct)
+    dq_rope = np.zeros((B, H, Sq, Dr), dtype=ct) if has_rope else _NO_OUTPUT4[ct]
     tiles = np.empty(B * H * n_qb, dtype=np.int64)     # every entry written by the kernel
     overflow = np.empty(B * H * n_qb, dtype=np.int64)
     kernels = kernels_for(p)
     kernels.backward(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
                      *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
-                     p.drop_threshold, np.uint64(p.seed), p.offset, scores_may_overflow(p, ct),
+                     p.drop_threshold, np.uint64(p.seed), p.offset, _check_backward_tiles(p, ct),
                      n_split, dq, dk_part, dv_part, dq_rope, dkr_part, dbias_part, want_dbias,
                      tiles, overflow, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
@@ -408,6 +423,17 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     if want_dbias and bias is not None:
         grads += (_reduce_dbias(dbias_part, bias.shape),)
     return grads, tiles
+
+
+def _check_backward_tiles(p: Problem, ct) -> bool:
+    """Whether the backward tests every recomputed tile for overflow: as the forward, when
+    :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and always
+    when K was not scanned (a decode forward checks K as it reads it) and ``Sq <=
+    DECODE_MAX_SQ``: testing the few score rows of each tile costs less than a pass over K to
+    bound them (~5 us of the torch door's (1, 16, 1, 8) step)."""
+    if p.k_sq_norm is None and p.q.shape[2] <= DECODE_MAX_SQ:
+        return True
+    return scores_may_overflow(p, ct)
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,

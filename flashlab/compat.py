@@ -176,14 +176,24 @@ class _Options:
         return kw
 
 
-def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deterministic
-                   ) -> tuple[float, float | None, bool, tuple[int, int]]:
+def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deterministic, *,
+                   remember: bool = False) -> tuple[float, float | None, bool, tuple[int, int]]:
     """flash_attn's scalar options checked: ``(dropout_p, softmax_scale, causal, window_size)``.
 
     The rules of :mod:`flashlab.arguments` with flash_attn's argument names (the torch front
     door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
     and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
+
+    ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
+    by :func:`_scalars_key` and not checked again (a training loop passes the same ones every
+    step; ~9 us of the torch door's (1, 16, 1, 8) step); a refused one never is. Not while
+    ``torch.compile`` traces the door: Dynamo would have to trace this module's dict.
     """
+    key = _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap,
+                       deterministic) if remember else None
+    known = None if key is None else _SCALARS.get(key)
+    if known is not None:
+        return known
     dropout_p = check_dropout("dropout_p", dropout_p)
     softmax_scale = check_scale("softmax_scale", softmax_scale)
     causal = as_bool("causal", causal)
@@ -194,7 +204,16 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     softcap = as_real("softcap", softcap, what="a real number (0.0 = off)")
     if softcap != 0:
         raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
-    return dropout_p, softmax_scale, causal, window_size
+    checked = dropout_p, softmax_scale, causal, window_size
+    if key is not None:
+        if len(_SCALARS) >= _PLANS_MAX:
+            _SCALARS.clear()
+        _SCALARS[key] = checked
+    return checked
+
+
+#: :func:`scalar_options`' accepted answers by :func:`_scalars_key`, bounded as :data:`_PLANS`
+_SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int]]] = {}
 
 
 def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -280,11 +299,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
 class ForwardState(NamedTuple):
     """What :func:`backward_from_state` needs of a :func:`forward_state` call: the validated
-    problem and ``o`` in the kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept,
-    it is not copied back from flash_attn's layout)."""
+    problem, ``o`` in the kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept,
+    it is not copied back from flash_attn's layout) and the forward's ``softmax_lse``."""
 
     problem: Problem
     o: np.ndarray
+    lse: np.ndarray
 
 
 #: Checked calls by everything their checks depend on except the values in the arrays (see
@@ -298,22 +318,32 @@ _PLANS_MAX = 64
 _PLACEHOLDER = np.zeros((1, 1, 1, 1), dtype=np.float32)
 
 
-def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-              deterministic) -> tuple | None:
-    """The key of :data:`_PLANS`, or None when the call is not cached (ALiBi slopes, whose
-    values are checked; arguments that are not plain arrays or not hashable). Every scalar
-    enters with its type, so that ``causal=1`` never finds ``causal=True``'s entry."""
-    if alibi_slopes is not None or not all(type(x) is np.ndarray for x in (q, k, v)):
-        return None
+def _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic
+                 ) -> tuple | None:
+    """flash_attn's scalar options with their types, as a dict key (None if not hashable).
+    Every value enters with its type, so that ``causal=1`` never finds ``causal=True``'s entry
+    (and a NaN never finds any: NaN != NaN)."""
     try:
-        key = (q.dtype, q.shape, k.dtype, k.shape, v.dtype, v.shape,
-               type(dropout_p), dropout_p, type(softmax_scale), softmax_scale, type(causal),
+        key = (type(dropout_p), dropout_p, type(softmax_scale), softmax_scale, type(causal),
                causal, type(window_size), tuple((type(w), w) for w in window_size),
                type(softcap), softcap, type(deterministic), deterministic)
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+              deterministic) -> tuple | None:
+    """The key of :data:`_PLANS`, or None when the call is not cached (ALiBi slopes, whose
+    values are checked; arguments that are not plain arrays or not hashable): the operands'
+    dtypes and shapes and :func:`_scalars_key`."""
+    if alibi_slopes is not None or not all(type(x) is np.ndarray for x in (q, k, v)):
+        return None
+    scalars = _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
+    if scalars is None:
+        return None
+    return (q.dtype, q.shape, k.dtype, k.shape, v.dtype, v.shape) + scalars
 
 
 def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
@@ -339,7 +369,8 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
                                                v=_PLACEHOLDER, q_sq_norm=None), opts)
     else:
         template, opts = plan
-        seed = check_seed("seed", seed)
+        if type(seed) is not int or seed != opts.seed:   # (the plan's own seed: checked)
+            seed = check_seed("seed", seed)
         if seed != opts.seed:
             opts = dataclasses.replace(opts, seed=seed)
         # the per-call part of prepare (k and v: scanned by the forward, as above)
@@ -347,7 +378,7 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
         if template.dropout_p > 0:     # as kernel_kwargs: the seed reaches the kernels with dropout only
             p = dataclasses.replace(p, seed=seed)
     o, lse, p = forward_for_backward(p)
-    return _bshd(o), lse, ForwardState(p, o), opts
+    return _bshd(o), lse, ForwardState(p, o, lse), opts
 
 
 def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -363,17 +394,22 @@ def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
     return out, lse, state
 
 
-def backward_from_state(state: ForwardState, dout, softmax_lse) -> tuple[np.ndarray, ...]:
+def backward_from_state(state: ForwardState, dout, softmax_lse=None) -> tuple[np.ndarray, ...]:
     """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
-    :func:`flash_attn_func_backward` computes, from its ``state`` and ``softmax_lse`` (not
-    checked again beyond :func:`flashlab.api.backward_from_forward`'s checks of ``dout`` and
-    ``softmax_lse``; ``o`` is the forward's own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype.
+    :func:`flash_attn_func_backward` computes, from its ``state`` (not checked again beyond
+    :func:`flashlab.api.backward_from_forward`'s checks of ``dout``; ``o`` is the forward's
+    own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype. ``softmax_lse``:
+    the forward's own when None (not checked: the torch door's, which its caller never saw),
+    else a caller's LSE, checked.
 
     The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
     the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
     autograd, which reads any strides).
     """
-    grads = backward_from_forward(state.problem, _bhsd(dout), state.o, softmax_lse, own_o=True)
+    own_lse = softmax_lse is None
+    grads = backward_from_forward(state.problem, _bhsd(dout), state.o,
+                                  state.lse if own_lse else softmax_lse, own_o=True,
+                                  own_lse=own_lse)
     return tuple(g.transpose(0, 2, 1, 3) for g in grads)
 
 

@@ -36,6 +36,11 @@ order is one of them (tests/test_small_shapes.py compares the builds bit for bit
 is why the twin needs a name of its own: Numba names a function's cache files after its
 qualified name and keys an entry by signature and bytecode, not by the compile flags, so a
 plain ``njit`` of the same ``py_func`` would read (or overwrite) the parallel build's entry.
+
+**Numba's one-time setup** (:func:`numba_setup`). Before the first kernel a process loads from
+the cache (or compiles), Numba imports and registers its typing and lowering tables: ~0.1 s
+on the 2-core machine, the same for every Numba program, however small the kernel. A first
+call pays it unless something ran it before; the torch front door runs it at its import.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ from typing import Any
 from numba import njit
 from numba.core import config
 
-__all__ = ["CACHE", "CACHE_DIR", "choose_cache", "serial_twin"]
+__all__ = ["CACHE", "CACHE_DIR", "choose_cache", "serial_twin", "numba_setup"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -149,3 +154,19 @@ def serial_twin(kernel: Any) -> Any:
     options = {key: value for key, value in kernel.targetoptions.items()
                if key not in ("parallel", "nopython")}
     return njit(cache=CACHE, **options)(twin)
+
+
+def numba_setup() -> None:
+    """Run Numba's one-time setup now: ``cpu_target.target_context.refresh()``, which imports
+    and registers Numba's typing and lowering tables (~0.1 s, measured on the 2-core machine:
+    most of a warm-cache first call); later calls return at once.
+
+    Numba runs it before the first kernel a process loads from its cache or compiles. The
+    torch front door (:mod:`flashlab.torch_attention`) calls this at import, as it imports
+    ``torch._dynamo`` there: a one-time cost paid at the import, where a user expects one, and
+    not in the first training step (issue 22). ``import flashlab`` does not: a numpy user's
+    first kernel call pays it, once.
+    """
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()

@@ -32,6 +32,11 @@ backward does not check q, k and v again.
 The forward saves ``out``, ``softmax_lse`` and the dropout seed; the backward recomputes ``P``
 from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_attn_func_backward`).
 
+**Import and first call.** Importing this module imports ``torch._dynamo`` and runs Numba's
+one-time setup (:func:`flashlab.numba_cache.numba_setup`), both costs that would otherwise
+land in the first training step; that step then only loads its kernels from Numba's cache
+(~50 ms at (8, 128, 4, 32) on the 2-core machine; ``python -m flashlab.bench.overhead``).
+
 **Not supported**, each with a ``NotImplementedError`` that says so: double backward
 (``create_graph=True`` then differentiating the gradients), ``torch.vmap`` / ``torch.func``
 batching rules, ``softcap != 0``.
@@ -62,7 +67,12 @@ import torch
 import torch._dynamo  # noqa: F401,E402
 
 from flashlab import compat
+from flashlab.numba_cache import numba_setup
 from flashlab.validation import BFLOAT16
+
+# Numba's one-time setup (its typing and lowering tables, ~0.1 s) at import too, for the same
+# reason as torch._dynamo above: otherwise it is most of the first training step's time
+numba_setup()
 
 __all__ = ["flash_attn_func", "FlashlabAttention"]
 
@@ -112,15 +122,21 @@ def _forward_impl(q, k, v, dropout_p, softmax_scale, causal, window_left, window
     out, lse, seed, probs, _ = _forward_state(q, k, v, dropout_p, softmax_scale, causal,
                                               window_left, window_right, alibi_slopes,
                                               return_probs)
-    return out, lse, torch.full((), seed, dtype=torch.int64), probs
+    return out, _tensor(lse), torch.full((), seed, dtype=torch.int64), _probs_or_empty(q, probs)
+
+
+def _probs_or_empty(q: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    """``attn_probs``, or the op's empty (0,) tensor in its place without ``return_probs``."""
+    return q.new_empty((0,)) if probs is None else probs
 
 
 def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
                    alibi_slopes, return_probs):
-    """``(out, softmax_lse, seed, attn_probs, state)``: :func:`_forward_impl`'s outputs with the
-    seed as an int, and the forward's state (:func:`flashlab.compat.forward_state`; None with
-    ``return_probs``), which the eager path's backward reuses instead of checking q, k, v
-    again."""
+    """``(out, softmax_lse, seed, attn_probs, state)``: :func:`_forward_impl`'s outputs with
+    softmax_lse as a numpy array, the seed as an int, and the forward's state
+    (:func:`flashlab.compat.forward_state`; None with ``return_probs``), which the eager
+    path's backward reuses instead of checking q, k, v again. ``attn_probs`` is None without
+    ``return_probs``."""
     slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
     seed = _draw_seed() if dropout_p > 0 else 0
     args = (_numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
@@ -131,8 +147,8 @@ def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, windo
         probs = _tensor(probs)
     else:
         out, lse, state = compat.forward_state(*args, seed=seed)
-        probs = q.new_empty((0,))
-    return _tensor(out), _tensor(lse), seed, probs, state
+        probs = None
+    return _tensor(out), lse, seed, probs, state
 
 
 def _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
@@ -266,31 +282,43 @@ class _EagerAttention(torch.autograd.Function):
         out, lse, ctx.seed, probs, ctx.state = _forward_state(
             q, k, v, dropout_p, softmax_scale, causal, window_left, window_right, alibi_slopes,
             return_probs)
-        ctx.save_for_backward(q, k, v, out, lse)
+        if ctx.state is not None and not need_lse:
+            # an LSE the caller never sees cannot be changed in place: the state keeps the
+            # array (saving it as a tensor costs a conversion each way, ~4 us of a small step)
+            ctx.save_for_backward(q, k, v, out)
+        else:
+            lse = _tensor(lse)
+            ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = (dropout_p, softmax_scale, causal, window_left, window_right)
         ctx.alibi_slopes = alibi_slopes
         if not need_lse:
             return out
+        probs = _probs_or_empty(q, probs)
         ctx.mark_non_differentiable(lse, probs)
         return out, lse, probs
 
     @staticmethod
     def backward(ctx, dout, *_):
         # unpacked for torch's check that none was changed in place since the forward
-        q, k, v, out, lse = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            # create_graph=True: through the op, so that the gradients carry its refusal
-            seed = torch.full((), ctx.seed, dtype=torch.int64)
-            dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options,
-                                      ctx.alibi_slopes)
-        elif ctx.state is None:
-            dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, *ctx.options,
-                                        ctx.alibi_slopes)
-        else:
+        q, k, v, out, *saved_lse = ctx.saved_tensors
+        if ctx.state is not None and not torch.is_grad_enabled():
             # the forward's validated problem: q, k, v and the options are not checked again
-            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout.to(q.dtype)),
-                                               _numpy("softmax_lse", lse))
+            if dout.dtype != q.dtype:   # as _backward_impl: the forward's dtype
+                dout = dout.to(q.dtype)
+            # the forward's own LSE (None) unless the caller was given it as a tensor
+            lse = None if not saved_lse else _numpy("softmax_lse", saved_lse[0])
+            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout), lse)
             dq, dk, dv = (_tensor(g) for g in grads)
+        else:
+            lse = saved_lse[0] if saved_lse else torch.from_numpy(ctx.state.lse)
+            if torch.is_grad_enabled():
+                # create_graph=True: through the op, so that the gradients carry its refusal
+                seed = torch.full((), ctx.seed, dtype=torch.int64)
+                dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options,
+                                          ctx.alibi_slopes)
+            else:
+                dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, *ctx.options,
+                                            ctx.alibi_slopes)
         # one gradient per forward input: q, k, v, then None for the options and flags
         return (dq, dk, dv) + (None,) * 8
 
@@ -302,27 +330,29 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     ``attn_probs`` are None in eager mode unless ``need_lse`` or ``return_probs``."""
     # the scalar options are checked here, by compat's rules and with its messages (the op's
     # schema would refuse a str with torch's own words); under torch.compile Dynamo runs this
-    # as Python on constants while it traces
+    # as Python on constants while it traces (then nothing is remembered between calls)
+    compiling = torch.compiler.is_compiling()
     dropout_p, softmax_scale, causal, (wl, wr) = compat.scalar_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
+        dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+        remember=not compiling)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         raise TypeError(f"alibi_slopes must be a torch.Tensor or None; got {type(alibi_slopes).__name__}")
-    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+    # torch.compile traces the registered op (Dynamo never enters Numba); eager mode runs the
+    # same computation without the op's dispatch (:class:`_EagerAttention`)
+    if compiling:
+        out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
+                                         alibi_slopes, bool(return_probs))
+        return out, lse, probs
+    if torch._C._are_functorch_transforms_active():
         # torch.func.grad/vmap/jacrev wrap the tensors: the op reads them as numpy, which a
         # wrapped tensor cannot give (torch's own error would name autograd.Function internals)
         raise NotImplementedError(
             "torch.func transforms (grad, vmap, jacrev, jvp, ...) are not supported by flashlab's "
             "attention: its ops read the tensors' memory through numpy. Use torch.autograd "
             "(loss.backward() / torch.autograd.grad) and batch along the batch dimension.")
-    # torch.compile traces the registered op (Dynamo never enters Numba); eager mode runs the
-    # same computation without the op's dispatch (:class:`_EagerAttention`)
-    if torch.compiler.is_compiling():
-        out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
-                                         alibi_slopes, bool(return_probs))
-        return out, lse, probs
     need_lse = bool(need_lse or return_probs)
     result = _EagerAttention.apply(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
                                    alibi_slopes, bool(return_probs), need_lse)

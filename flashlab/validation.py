@@ -11,7 +11,6 @@ large: a ``window`` side of ``sys.maxsize`` or ``2**70`` is the unbounded side
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ except ImportError:         # pragma: no cover - without ml_dtypes there are no 
 
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
+from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
 from flashlab.masks import band_from, clamp_band
 from flashlab.tiling import FORWARD_BLOCK
 
@@ -55,7 +55,7 @@ class Problem:
     the lengths; dropout probability ``dropout_p`` with ``seed`` and ``offset``.
 
     Frozen: a step that learns something about the inputs (:func:`scan_kv`) returns a new
-    problem (``dataclasses.replace``) rather than changing this one, and the squared norms of
+    problem (a copy with the new fields) rather than changing this one, and the squared norms of
     the scan are numbers held here, not a cache keyed by an array's identity.
     """
 
@@ -88,10 +88,16 @@ class Problem:
     #: caller must, with :func:`scan_kv` (which returns the scanned problem), or check them as
     #: it reads them (the decode kernel)
     kv_scanned: bool = field(default=True, repr=False, compare=False)
+    #: (B, H, Hkv, Sq, Sk, Dqk, Dv), worked out once (a small call reads it ~10 times)
+    shape: tuple[int, int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
+    #: the kernels' integer form of ``dropout_p`` (:func:`flashlab.dropout.keep_threshold`)
+    drop_threshold: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def shape(self) -> tuple[int, int, int, int, int, int, int]:
-        """(B, H, Hkv, Sq, Sk, Dqk, Dv)."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", self._shape())
+        object.__setattr__(self, "drop_threshold", keep_threshold(self.dropout_p))
+
+    def _shape(self) -> tuple[int, int, int, int, int, int, int]:
         B, H, Sq, Dqk = self.q.shape
         return B, H, self.k.shape[1], Sq, self.k.shape[2], Dqk, self.v.shape[3]
 
@@ -99,10 +105,16 @@ class Problem:
     def d_rope(self) -> int:
         return 0 if self.q_rope is None else self.q_rope.shape[3]
 
-    @property
-    def drop_threshold(self) -> int:
-        """The kernels' integer form of ``dropout_p`` (:func:`flashlab.dropout.keep_threshold`)."""
-        return keep_threshold(self.dropout_p)
+    def _with(self, **changes) -> Problem:
+        """A copy with ``changes``: ``dataclasses.replace`` for fields this module sets itself,
+        without replace's call of ``__init__`` over every field (~8 us, a tenth of the torch
+        door's whole step at (1, 16, 1, 8); the fields were checked when ``self`` was made)."""
+        new = object.__new__(Problem)
+        d = new.__dict__
+        d.update(self.__dict__, **changes)
+        if "q" in changes or "k" in changes or "v" in changes:
+            d["shape"] = new._shape()
+        return new
 
     def with_blocks(self, block_q: int, block_k: int) -> Problem:
         """The problem with tiles ``block_q x block_k``, clamped to the lengths as :func:`prepare`
@@ -110,7 +122,7 @@ class Problem:
         block_q, block_k = min(block_q, self.q.shape[2]), min(block_k, self.k.shape[2])
         if (block_q, block_k) == (self.block_q, self.block_k):
             return self
-        return dataclasses.replace(self, block_q=block_q, block_k=block_k)
+        return self._with(block_q=block_q, block_k=block_k)
 
     def with_operands(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, door: Door | None = None
                       ) -> Problem:
@@ -118,8 +130,8 @@ class Problem:
         dtype, already checked once with its options: q, k, v (B, H, S, D) made C-contiguous
         and q scanned for NaN/inf (k and v left to the caller, as with ``scan_kv=False``)."""
         q, k, v = contiguous(q), contiguous(k), contiguous(v)
-        return dataclasses.replace(self, q=q, k=k, v=v, q_sq_norm=_finite(door, q=q)["q"],
-                                   k_sq_norm=None, kv_scanned=False)
+        return self._with(q=q, k=k, v=v, q_sq_norm=_finite(door, q=q)["q"], k_sq_norm=None,
+                          kv_scanned=False)
 
 
 def _positive_int(name: str, x) -> int:
@@ -157,11 +169,13 @@ def _scan(x: np.ndarray) -> tuple[bool, float]:
     ``SMALL_SCAN`` elements, else its serial build (one call instead of NumPy's three passes
     and temporaries: ~1 us against ~10 us at (1, 16, 1, 8)). Empty arrays by NumPy.
     """
-    if x.dtype in HALF_DTYPES:
+    # 'f' float32, 'd' float64 in the machine's byte order (a dtype == type test is ~0.3 us)
+    kind = x.dtype.char if x.dtype.isnative else "?"
+    if kind not in "fd" and x.dtype in HALF_DTYPES:
         # float16/bfloat16 -> float32 is exact (NaN and inf stay), then the same pass
         x = x.astype(np.float32)
-    if x.dtype in (np.float32, np.float64) and x.size:
-        from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
+        kind = "f"
+    if kind in "fd" and x.size:
         scan = finite_and_max_sq_norm if x.size > SMALL_SCAN else finite_and_max_sq_norm_serial
         ok, sq = scan(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
         return bool(ok), float(sq)
@@ -329,7 +343,7 @@ def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> Problem:
     """
     if key_rows is None:
         norms = _finite(k=p.k, v=p.v)
-        return dataclasses.replace(p, k_sq_norm=norms["k"], kv_scanned=True)
+        return p._with(k_sq_norm=norms["k"], kv_scanned=True)
     lo, hi = key_rows
     for part in (slice(0, lo), slice(hi, None)):
         if p.k[:, :, part].size:
@@ -349,18 +363,23 @@ def scores_may_overflow(p: Problem, compute_dtype) -> bool:
         # sqrt(max_i |x_i|^2), |x_i|^2 in float64: prepare's scan of this array if it ran
         return math.sqrt(_scan(x)[1] if sq is None else sq)
 
-    with np.errstate(over="ignore"):
-        bound = abs(p.scale) * max_norm(p.q, p.q_sq_norm) * max_norm(p.k, p.k_sq_norm)
-        if p.q_rope is not None:
-            bound += (abs(p.scale) * max_norm(p.q_rope, p.q_rope_sq_norm)
-                      * max_norm(p.k_rope, p.k_rope_sq_norm))
-        if p.bias is not None:
+    # Python floats: a product that overflows is inf, never an error
+    bound = abs(p.scale) * max_norm(p.q, p.q_sq_norm) * max_norm(p.k, p.k_sq_norm)
+    if p.q_rope is not None:
+        bound += (abs(p.scale) * max_norm(p.q_rope, p.q_rope_sq_norm)
+                  * max_norm(p.k_rope, p.k_rope_sq_norm))
+    if p.bias is not None:
+        with np.errstate(over="ignore"):
             finite = p.bias[np.isfinite(p.bias)]
             bound += float(np.abs(finite).max()) if finite.size else 0.0
-        if p.alibi_slopes is not None:
-            B, H, _, Sq, Sk, _, _ = p.shape
-            bound += float(np.abs(p.alibi_slopes).max()) * (Sq + Sk + abs(p.alibi_offset))
-    return not bound < float(np.finfo(compute_dtype).max) / 2
+    if p.alibi_slopes is not None:
+        B, H, _, Sq, Sk, _, _ = p.shape
+        bound += float(np.abs(p.alibi_slopes).max()) * (Sq + Sk + abs(p.alibi_offset))
+    return not bound < _HALF_MAX[np.dtype(compute_dtype).char]
+
+
+#: half the largest finite value of each compute dtype (by type code), for scores_may_overflow
+_HALF_MAX = {np.dtype(t).char: float(np.finfo(t).max) / 2 for t in (np.float32, np.float64)}
 
 
 # ------------------------------------------------------------------------------ front doors
@@ -568,7 +587,8 @@ def check_lse(name: str, lse, expected: tuple, shape: str, *, scan: bool = True)
         raise ValueError(f"{name} must have shape {shape} = {expected}; got {lse.shape}")
     if lse.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must be float32 or float64 (as the forward returns it); got {lse.dtype}")
-    if scan and (np.isnan(lse).any() or (lse == np.inf).any()):
+    # NaN and +inf are the entries that are not < +inf (-inf is)
+    if scan and not (lse < np.inf).all():
         raise ValueError(f"{name} contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     return lse
 
@@ -653,19 +673,21 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
     return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
 
 
-def backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False,
+                      own_lse: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
     The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
-    ``own_o``: ``o`` is the array the forward returned for ``p`` (never a caller's), unchecked.
+    ``own_o``, ``own_lse``: ``o``, ``lse`` is the array the forward returned for ``p`` (never
+    a caller's), unchecked.
     """
     B, H, _, Sq, _, _, Dv = p.shape
     door = KERNEL if door is None else door
     for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
         check_output_like(door.name(name), x, p)
-    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
+    if not own_lse:
+        check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return contiguous(do), contiguous(o), contiguous(lse)
+    return contiguous(do), o if own_o else contiguous(o), lse if own_lse else contiguous(lse)

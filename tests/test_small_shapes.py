@@ -284,3 +284,112 @@ def test_the_cache_is_bounded_and_skips_alibi(monkeypatch):
     q = rng.standard_normal((1, 5, 2, 4), dtype=np.float32)
     compat.flash_attn_func(q, q, q, alibi_slopes=np.array([0.5, 0.25]))
     assert compat._PLANS == {}
+
+
+# ----------------------------------------------------------------- what a training step no longer repeats
+def test_scalar_options_remembers_only_accepted_options(monkeypatch):
+    """``remember=True`` (the torch door in eager mode) returns an accepted set of options
+    without checking it again; a refused set is refused every time (never remembered), and
+    a value of another type is checked as on a first call (``causal=1.5`` after ``True``)."""
+    monkeypatch.setattr(compat, "_SCALARS", {})
+    args = (0.0, None, True, (-1, 0), 0.0, False)
+    first = compat.scalar_options(*args, remember=True)
+    assert first == (0.0, None, True, (-1, 0)) and len(compat._SCALARS) == 1
+    assert compat.scalar_options(*args, remember=True) is first
+    assert compat.scalar_options(*args) == first and len(compat._SCALARS) == 1
+    for bad, error in [((0.0, None, 1.5, (-1, 0), 0.0, False), TypeError),
+                       (("0.1", None, True, (-1, 0), 0.0, False), TypeError),
+                       ((0.0, None, True, (-1, 0, 1), 0.0, False), ValueError),
+                       ((0.0, None, True, (-1, 0), 0.5, False), NotImplementedError)]:
+        for _ in range(2):
+            with pytest.raises(error):
+                compat.scalar_options(*bad, remember=True)
+    assert len(compat._SCALARS) == 1
+    for _ in range(compat._PLANS_MAX + 2):          # bounded as compat's plans
+        compat.scalar_options(np.random.rand() * 0.5, None, True, (-1, 0), 0.0, False,
+                              remember=True)
+    assert 1 <= len(compat._SCALARS) <= compat._PLANS_MAX
+
+
+def test_problem_shape_and_threshold_follow_every_copy():
+    """``Problem.shape`` and ``drop_threshold`` are worked out once per problem, and again for
+    every copy that changes what they depend on (new operands, a new ``dropout_p``)."""
+    import dataclasses
+
+    from flashlab.dropout import keep_threshold
+    x = make_qkv(1, 2, 1, 7, 129, 16, 8)
+    p = prepare(**x, dropout_p=0.25, seed=1, scan_kv=False)
+    assert p.shape == (1, 2, 1, 7, 129, 16, 8) and p.drop_threshold == keep_threshold(0.25)
+    assert dataclasses.replace(p, dropout_p=0.5).drop_threshold == keep_threshold(0.5)
+    y = make_qkv(1, 2, 1, 7, 33, 16, 4)
+    copy = p.with_operands(y["q"], y["k"], y["v"])
+    assert copy.shape == (1, 2, 1, 7, 33, 16, 4) and p.shape == (1, 2, 1, 7, 129, 16, 8)
+    assert p.with_blocks(4, 8).shape == p.shape
+    assert api.scan_kv(p).shape == p.shape
+
+
+def test_backward_from_state_uses_its_own_lse_unless_given_one():
+    """Without ``softmax_lse`` the backward reads the forward's own LSE (the torch door's,
+    which its caller never saw): the same bits as passing it; a given LSE is still checked."""
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal((2, 9, 2, 8), dtype=np.float32) for _ in range(3))
+    out, lse, state = compat.forward_state(q, k, v, causal=True)
+    dout = rng.standard_normal(out.shape, dtype=np.float32)
+    for a, b in zip(compat.backward_from_state(state, dout),
+                    compat.backward_from_state(state, dout, lse)):
+        assert np.array_equal(a, b)
+    bad = lse.copy()
+    bad[1, 0, 3] = np.nan
+    with pytest.raises(ValueError, match=r"lse contains NaN or \+inf"):
+        compat.backward_from_state(state, dout, bad)
+
+
+def test_a_backward_after_a_decode_forward_tests_every_tile():
+    """A decode forward checks K as it reads it and leaves no norm of K, so the backward tests
+    every recomputed tile for overflow (a few query rows: cheaper than a pass over K), while
+    a scanned problem keeps the norm bound."""
+    x = make_qkv(1, 2, 1, 4, 300, 8, 8)
+    p = prepare(**x, scan_kv=False)
+    _, _, p_after = api.forward_for_backward(p)
+    assert api.uses_decode(p) and p_after.k_sq_norm is None
+    assert api._check_backward_tiles(p_after, np.float32)
+    assert not api._check_backward_tiles(prepare(**x), np.float32)    # small values: bounded
+
+
+def test_kernels_carry_no_formatted_error_messages(monkeypatch):
+    """Assigning an array to a slice (``a[i:j] = b``, ``a[i:j] *= c``) makes Numba compile a
+    shape-mismatch error whose message is built with its string functions: a third of a
+    kernel's LLVM module, which every new process parses again when it loads the kernel from
+    the cache (issue 22, the first call). The kernels write such copies as loops
+    (:func:`flashlab.kernels.tile.store_scaled`); their modules hold none of that code."""
+    rng = np.random.default_rng(13)
+    for work_limit in (api.SMALL_WORK, -1):              # the serial builds, then the parallel
+        monkeypatch.setattr(api, "SMALL_WORK", work_limit)
+        for sq in (4, 40):                                # decode, then the tiled forward
+            # GQA (two query heads share k, v): the backward sums their partials
+            q = rng.standard_normal((1, 2, sq, 8)).astype(np.float32)
+            k, v = (rng.standard_normal((1, 1, sq, 8)).astype(np.float32) for _ in range(2))
+            o, lse = flashlab.flash_attention(q, k, v, causal=True, dropout_p=0.1, seed=1)
+            flashlab.flash_attention_backward(np.ones_like(o), q, k, v, o, lse, causal=True,
+                                              dropout_p=0.1, seed=1)
+    for kernel in (*api.SERIAL, *api.PARALLEL):
+        assert kernel.overloads, kernel
+        for cres in kernel.overloads.values():
+            # the module kept for linking (what a cache load parses); Numba's attribute
+            names = [f.name for f in cres.library._shared_module.functions]
+            assert not [n for n in names if "unicode" in n or "shape_context" in n], kernel
+
+
+def test_the_torch_door_runs_numbas_one_time_setup_at_import():
+    """``import flashlab.torch_attention`` runs :func:`flashlab.numba_cache.numba_setup` (Numba's
+    typing and lowering tables, which import ``numba.np.arraymath``), as it imports
+    torch._dynamo, so that the first training step does not; ``import flashlab`` does not."""
+    pytest.importorskip("torch", reason="the torch door")
+    import subprocess
+    import sys
+    probe = "import sys, {}; print('numba.np.arraymath' in sys.modules)"
+    for module, expected in (("torch, flashlab.torch_attention", "True"),
+                             ("flashlab, flashlab.api", "False")):
+        out = subprocess.run([sys.executable, "-c", probe.format(module)], capture_output=True,
+                             text=True, check=True).stdout.split()
+        assert out[-1] == expected, module
