@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.overhead_only and args.no_overhead:
         ap.error("--overhead-only and --no-overhead exclude each other")
     if args.overhead_only:
-        return 0 if _overhead(out, args.repeats or (20 if args.quick else 50)) else 1
+        return 0 if _overhead(out, args.repeats or (100 if args.quick else 300)) else 1
     config = QUICK if args.quick else FULL
     changes: dict[str, Any] = {}
     if args.sizes:
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(to_markdown(result))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     if not (args.no_overhead or args.no_torch or args.mla_only or args.decode_only):
-        lines = _overhead(out, args.repeats or (20 if args.quick else 50))
+        lines = _overhead(out, args.repeats or (100 if args.quick else 300))
         if lines:
             # the overhead section goes at the end of the suite's report
             with md_path.open("a") as f:
@@ -108,18 +110,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _overhead(out: Path, repeats: int) -> list[str] | None:
-    """Run :func:`flashlab.bench.overhead.overhead_run`, write OUT/overhead.json, print its
-    markdown and return the lines; None (and a note) when torch is not installed."""
+    """Run :mod:`flashlab.bench.overhead` in a fresh process (``OMP_WAIT_POLICY=PASSIVE`` unless
+    set: it must be set before torch starts, and this process has started torch; with torch's
+    default busy-wait its threads spin on the cores Numba's need), write OUT/overhead.json,
+    print its markdown and return the lines; None (and a note) when torch is not installed."""
     try:
         import torch  # noqa: F401
     except ImportError as exc:
         print(f"overhead rows skipped: torch is not installed ({exc})", file=sys.stderr)
         return None
-    from flashlab.bench.overhead import overhead_lines, overhead_run
-    run = overhead_run(repeats)
+    from flashlab.bench.overhead import overhead_lines
     out.mkdir(parents=True, exist_ok=True)
-    (out / "overhead.json").write_text(json.dumps(run, indent=1) + "\n")
-    lines = overhead_lines(run)
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    subprocess.run([sys.executable, "-m", "flashlab.bench.overhead", "--repeats", str(repeats),
+                    "--out", str(out / "overhead.json")], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    lines = overhead_lines(json.loads((out / "overhead.json").read_text()))
     print("\n".join(lines))
     print(f"wrote {out / 'overhead.json'}", file=sys.stderr)
     return lines
