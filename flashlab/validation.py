@@ -587,8 +587,8 @@ def check_lse(name: str, lse, expected: tuple, shape: str, *, scan: bool = True)
         raise ValueError(f"{name} must have shape {shape} = {expected}; got {lse.shape}")
     if lse.dtype not in (np.float32, np.float64):
         raise TypeError(f"{name} must be float32 or float64 (as the forward returns it); got {lse.dtype}")
-    # NaN and +inf are the entries that are not < +inf (-inf is)
-    if scan and not (lse < np.inf).all():
+    # the max is NaN if any entry is (max propagates NaN), +inf if any is: one pass, no temporary
+    if scan and not lse.max() < np.inf:
         raise ValueError(f"{name} contains NaN or +inf; it must be finite or -inf (a row with no allowed key)")
     return lse
 
