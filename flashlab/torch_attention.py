@@ -29,7 +29,8 @@ non-differentiable outputs, so both paths give the same bits (tests/test_small_s
 Its forward keeps the validated problem (:func:`flashlab.compat.forward_state`), so the
 backward does not check q, k and v again.
 
-The forward saves ``out``, ``softmax_lse`` and the dropout seed; the backward recomputes ``P``
+The forward saves ``out``, ``softmax_lse`` (in eager mode, when the caller is not given it, as
+the array inside the forward's state) and the dropout seed; the backward recomputes ``P``
 from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_attn_func_backward`).
 
 **Import and first call.** Importing this module imports ``torch._dynamo`` and runs Numba's
@@ -266,9 +267,11 @@ class _EagerAttention(torch.autograd.Function):
     dispatcher, the op's autograd wrapper and a second dispatch to the CPU kernel, measured
     at ~105 us of a 155 us forward plus backward of an op that computes nothing (issue 22,
     (1, 16, 1, 8) on the 2-core machine; this Function: 49 us). This class runs the same
-    :func:`_forward_impl` and :func:`_backward_impl`, saves the same tensors, marks the same
-    outputs non-differentiable. With ``create_graph=True`` its backward calls the backward
-    *op*, whose own autograd formula refuses double backward with the op path's message.
+    computation as :func:`_forward_impl` and :func:`_backward_impl` (the forward's validated
+    state reused by the backward), saves q, k, v and out as the op does (and softmax_lse as a
+    tensor when the caller gets it), marks the same outputs non-differentiable. With
+    ``create_graph=True`` its backward calls the backward *op*, whose own autograd formula
+    refuses double backward with the op path's message.
 
     It returns ``out`` alone unless ``need_lse`` (then ``(out, softmax_lse, attn_probs)``) and
     keeps the seed as an int: each extra output of an autograd Function costs its own
