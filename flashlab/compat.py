@@ -185,7 +185,7 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
 
     ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
-    by :func:`_scalars_key` and not checked again (a training loop passes the same ones every
+    by ``_scalars_key`` and not checked again (a training loop passes the same ones every
     step; ~9 us of the torch door's (1, 16, 1, 8) step); a refused one never is. Not while
     ``torch.compile`` traces the door: Dynamo would have to trace this module's dict.
     """
@@ -212,7 +212,7 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     return checked
 
 
-#: :func:`scalar_options`' accepted answers by :func:`_scalars_key`, bounded as :data:`_PLANS`
+#: :func:`scalar_options`' accepted answers by ``_scalars_key``, bounded as :data:`_PLANS`
 _SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int]]] = {}
 
 
@@ -337,7 +337,7 @@ def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, a
               deterministic) -> tuple | None:
     """The key of :data:`_PLANS`, or None when the call is not cached (ALiBi slopes, whose
     values are checked; arguments that are not plain arrays or not hashable): the operands'
-    dtypes and shapes and :func:`_scalars_key`."""
+    dtypes and shapes and ``_scalars_key``."""
     if alibi_slopes is not None or not all(type(x) is np.ndarray for x in (q, k, v)):
         return None
     scalars = _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic)

@@ -162,7 +162,7 @@ def numba_setup() -> None:
     most of a warm-cache first call); later calls return at once.
 
     Numba runs it before the first kernel a process loads from its cache or compiles. The
-    torch front door (:mod:`flashlab.torch_attention`) calls this at import, as it imports
+    torch front door (``flashlab.torch_attention``) calls this at import, as it imports
     ``torch._dynamo`` there: a one-time cost paid at the import, where a user expects one, and
     not in the first training step (issue 22). ``import flashlab`` does not: a numpy user's
     first kernel call pays it, once.
