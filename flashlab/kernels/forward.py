@@ -166,8 +166,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         finalize_rows(m, l, acc, o[b, h, i0:i1], lse[b, h, i0:i1])
         if dropout:
             # O = O~ / (l (1 - p))
-            o_blk = o[b, h, i0:i1]
-            store_scaled(o_blk, o_blk, inv_keep)
+            store_scaled(o[b, h, i0:i1], o[b, h, i0:i1], inv_keep)
         for r in range(i1 - i0):        # (a loop: see tile.store_scaled)
             row_max[b, h, i0 + r] = m[r]
         tiles_done[(b * H + h) * n_qb + qb] = done
