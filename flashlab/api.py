@@ -141,8 +141,7 @@ def _forward(p: Problem, check_overflow: bool | None
         p = scan_kv(p)
     ct = compute_dtype(p.dtype)
     if check_overflow is None:
-        # without k's scan (decode checks what it reads) there is no bound: check every tile
-        check_overflow = scores_may_overflow(p, ct) if p.kv_scanned else True
+        check_overflow = _check_every_tile(p, ct)
     B, H, _, Sq, _, _, Dv = p.shape
     q, k, v = _as_compute(ct, p.q, p.k, p.v)
     has_rope = p.q_rope is not None
@@ -168,6 +167,15 @@ def _forward(p: Problem, check_overflow: bool | None
                     row_max, tiles, overflow)
     _raise_on_overflow(p, overflow, ct)
     return o, lse, row_max, tiles, p
+
+
+def _check_every_tile(p: Problem, ct) -> bool:
+    """Whether a kernel tests every (recomputed) score tile for overflow, forward and backward:
+    when :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and
+    whenever K was not scanned (a decode forward checks K as it reads it, so there is no norm
+    to bound the scores with): testing a tile costs ~1/D of computing it, a scan of K for
+    the bound a whole pass over K (~5 us of the torch door's (1, 16, 1, 8) step)."""
+    return scores_may_overflow(p, ct) if p.kv_scanned else True
 
 
 def uses_decode(p: Problem) -> bool:
@@ -408,7 +416,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     kernels = kernels_for(p)
     kernels.backward(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
                      *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
-                     p.drop_threshold, np.uint64(p.seed), p.offset, _check_backward_tiles(p, ct),
+                     p.drop_threshold, np.uint64(p.seed), p.offset, _check_every_tile(p, ct),
                      n_split, dq, dk_part, dv_part, dq_rope, dkr_part, dbias_part, want_dbias,
                      tiles, overflow, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
@@ -423,17 +431,6 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     if want_dbias and bias is not None:
         grads += (_reduce_dbias(dbias_part, bias.shape),)
     return grads, tiles
-
-
-def _check_backward_tiles(p: Problem, ct) -> bool:
-    """Whether the backward tests every recomputed tile for overflow: as the forward, when
-    :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and always
-    when K was not scanned (a decode forward checks K as it reads it) and ``Sq <=
-    DECODE_MAX_SQ``: testing the few score rows of each tile costs less than a pass over K to
-    bound them (~5 us of the torch door's (1, 16, 1, 8) step)."""
-    if p.k_sq_norm is None and p.q.shape[2] <= DECODE_MAX_SQ:
-        return True
-    return scores_may_overflow(p, ct)
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,

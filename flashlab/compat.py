@@ -373,10 +373,10 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
             seed = check_seed("seed", seed)
         if seed != opts.seed:
             opts = dataclasses.replace(opts, seed=seed)
-        # the per-call part of prepare (k and v: scanned by the forward, as above)
-        p = template.with_operands(_bhsd(q), _bhsd(k), _bhsd(v), FLASH_ATTN)
-        if template.dropout_p > 0:     # as kernel_kwargs: the seed reaches the kernels with dropout only
-            p = dataclasses.replace(p, seed=seed)
+        # the per-call part of prepare (k and v: scanned by the forward, as above); as
+        # kernel_kwargs: the seed reaches the kernels with dropout only
+        p = template.with_operands(_bhsd(q), _bhsd(k), _bhsd(v), FLASH_ATTN,
+                                   seed=seed if template.dropout_p > 0 else None)
     o, lse, p = forward_for_backward(p)
     return _bshd(o), lse, ForwardState(p, o, lse), opts
 

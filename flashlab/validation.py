@@ -124,14 +124,15 @@ class Problem:
             return self
         return self._with(block_q=block_q, block_k=block_k)
 
-    def with_operands(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, door: Door | None = None
-                      ) -> Problem:
+    def with_operands(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, door: Door | None = None,
+                      seed: int | None = None) -> Problem:
         """The per-call part of :func:`prepare` for operands of this problem's shapes and
         dtype, already checked once with its options: q, k, v (B, H, S, D) made C-contiguous
-        and q scanned for NaN/inf (k and v left to the caller, as with ``scan_kv=False``)."""
+        and q scanned for NaN/inf (k and v left to the caller, as with ``scan_kv=False``);
+        ``seed``: this call's dropout seed (already checked), None keeps the problem's."""
         q, k, v = contiguous(q), contiguous(k), contiguous(v)
         return self._with(q=q, k=k, v=v, q_sq_norm=_finite(door, q=q)["q"], k_sq_norm=None,
-                          kv_scanned=False)
+                          kv_scanned=False, seed=self.seed if seed is None else seed)
 
 
 def _positive_int(name: str, x) -> int:
@@ -465,12 +466,12 @@ def check_operand(name: str, x, ndim: int, shape: str) -> np.ndarray:
     return x
 
 
-def check_same_dtype(door: Door, q: np.ndarray, **others: np.ndarray) -> None:
-    """Every operand in ``others`` (kernel names) has q's dtype."""
+def check_same_dtype(door: Door, dtype: np.dtype, **others: np.ndarray) -> None:
+    """Every operand in ``others`` (kernel names) has q's ``dtype``."""
     for n, x in others.items():
-        if x.dtype != q.dtype:
+        if x.dtype != dtype:
             extra = " (q, k, v share one dtype)" if n in ("k", "v") else ""
-            raise TypeError(f"{door.name(n)} must have {door.name('q')}'s dtype {q.dtype}"
+            raise TypeError(f"{door.name(n)} must have {door.name('q')}'s dtype {dtype}"
                             f"{extra.replace('q, k, v', ', '.join(door.name(m) for m in 'qkv'))}; "
                             f"got {x.dtype}")
 
@@ -487,7 +488,7 @@ def operands(door: Door, q, k, v, to_kernel=None) -> tuple[np.ndarray, np.ndarra
     for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
         check_operand(n, x, door._rank, shape)
     if k.dtype != q.dtype or v.dtype != q.dtype:
-        check_same_dtype(door, q, k=k, v=v)
+        check_same_dtype(door, q.dtype, k=k, v=v)
     first = 1 if door.packed else 0           # a packed T may be 0
     for n, x, shape in zip(door._qkv, (q, k, v), door.shapes):
         if min(x.shape[first:]) < 1:
@@ -531,7 +532,7 @@ def check_rope(door: Door, q4: np.ndarray, k4: np.ndarray, qr4: np.ndarray, kr4:
     ``door`` does): q's dtype, ``q_rope`` (B, H, Sq, Dr), ``k_rope`` (B, Hr, Sk, Dr) with
     ``H % Hr == 0`` (MLA: Hr = 1, one rope key shared by every head)."""
     if qr4.dtype != q4.dtype or kr4.dtype != q4.dtype:
-        check_same_dtype(door, q4, q_rope=qr4, k_rope=kr4)
+        check_same_dtype(door, q4.dtype, q_rope=qr4, k_rope=kr4)
     B, H, Sq, _ = q4.shape
     Sk = k4.shape[2]
     qs, ks = door.rope_shapes

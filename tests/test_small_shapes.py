@@ -352,8 +352,8 @@ def test_a_backward_after_a_decode_forward_tests_every_tile():
     p = prepare(**x, scan_kv=False)
     _, _, p_after = api.forward_for_backward(p)
     assert api.uses_decode(p) and p_after.k_sq_norm is None
-    assert api._check_backward_tiles(p_after, np.float32)
-    assert not api._check_backward_tiles(prepare(**x), np.float32)    # small values: bounded
+    assert api._check_every_tile(p_after, np.float32)
+    assert not api._check_every_tile(prepare(**x), np.float32)    # small values: bounded
 
 
 def test_kernels_carry_no_formatted_error_messages(monkeypatch):

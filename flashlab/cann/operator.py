@@ -245,10 +245,11 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
         qr = check_operand("query_rope", query_rope, 3, "[T, N, Dr]")
         kr = check_operand("key_rope", key_rope, 3, "[T, N, Dr]")
     door = DOORS[layout]
-    check_same_dtype(door, np.empty(0, st.io_dtype), q_rope=qr, k_rope=kr)
+    check_same_dtype(door, st.io_dtype, q_rope=qr, k_rope=kr)
     qr, kr = as_compute(qr), as_compute(kr)      # st.q, st.k are in the compute dtype too
-    # validation's rule on (B, N, S, D) views (TND: (1, N, T, D)), named and shown as the operator's
-    view = (lambda x: x[None].transpose(0, 2, 1, 3)) if st.varlen else (lambda x: x)
+    # validation's rule on (B, N, S, D) views, named and shown as the operator's: st.q and st.k
+    # are read as (B, N, S, D) already, except TND's (T, N, D), which its door reads as (1, N, T, D)
+    view = door.to_kernel if st.varlen else (lambda x: x)
     check_rope(door, view(st.q), view(st.k), view(qr), view(kr))
     dr, d = qr.shape[-1], st.dims.D
     if dr % 8 != 0 or dr > d:
