@@ -204,3 +204,21 @@ def test_the_guides_autograded_exercises_are_the_course(tmp_path):
     assert sorted(listed) == sorted(course) and len(course) == 14
     # the guide's count agrees
     assert "14 code (all 14 autograded" in guide
+
+
+def test_every_explore_exercise_has_a_rubric():
+    """Issue 34: the guide gives each exploration a short rubric (chapter and number as listed)."""
+    import re
+    from pathlib import Path
+    guide = (Path(__file__).resolve().parent.parent / "book" / "instructor.md").read_text()
+    table = guide.split("## Every exercise", 1)[1].split("\n## ", 1)[0]
+    explore, chapter = [], None
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[1].isdigit():
+            chapter = cells[0] or chapter
+            if cells[3] == "explore":
+                explore.append(f"{chapter} {cells[1]}, {cells[2]}")
+    rubrics = guide.split("## Rubrics for the explore exercises", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split("|")[1].strip() for r in rubrics.splitlines() if re.match(r"\| \{doc\}", r)]
+    assert len(explore) == 13 and sorted(rows) == sorted(explore)
