@@ -222,3 +222,25 @@ def test_every_explore_exercise_has_a_rubric():
     rubrics = guide.split("## Rubrics for the explore exercises", 1)[1].split("\n## ", 1)[0]
     rows = [r.split("|")[1].strip() for r in rubrics.splitlines() if re.match(r"\| \{doc\}", r)]
     assert len(explore) == 13 and sorted(rows) == sorted(explore)
+
+
+def test_the_capstone_may_not_call_the_books_own_tile_loop():
+    """The capstone's solution ships in flashlab.exercises._capstone: calling it is refused, named
+    statically or reached at run time."""
+    import importlib
+
+    from flashlab.exercises._capstone import tile_loop
+
+    def flash_tile_loop(q, k, v, do, block_q, block_k, causal):
+        return tile_loop(q, k, v, do, block_q, block_k, causal)
+
+    feedback = grading.grade("flash_tile_loop", flash_tile_loop)
+    assert not feedback.passed and feedback.mistake == "calls_flashlab"
+    assert "flashlab.exercises._capstone.tile_loop" in feedback.message
+
+    def sneaky(q, k, v, do, block_q, block_k, causal):
+        loop = importlib.import_module("flashlab.exercises._cap" + "stone").tile_loop
+        return loop(q, k, v, do, block_q, block_k, causal)
+    feedback = grading.grade("flash_tile_loop", sneaky)
+    assert not feedback.passed and feedback.mistake == "calls_flashlab"
+    assert "tile_loop" in feedback.message

@@ -7,8 +7,8 @@ the book, and the book shows every solution. For marks, :func:`grade` adds two r
   ``flash_attention``, the kernels, ...) instead of computing the answer fails, with a message
   that names what it called. It is caught twice: statically (a name in the function, or in a
   function it defines, that is the ``flashlab`` package or one of its functions) and while it
-  runs (a profiler sees every Python call that enters flashlab's source outside
-  ``flashlab.exercises``).
+  runs (a profiler sees every Python call that enters flashlab's source, the exercises' own
+  solutions included, e.g. the capstone's ``flashlab.exercises._capstone.tile_loop``).
 * **Inputs the students have not seen.** With ``reference`` (the instructor's solution) and
   ``seed`` (the instructor's number, kept in nbgrader's hidden tests), the function is also
   compared with the reference on ``trials`` inputs drawn from ``numpy.random.default_rng(seed)``
@@ -67,7 +67,6 @@ PRECISION: dict[str, tuple[float, float]] = {
 }
 
 _PACKAGE = Path(__file__).resolve().parent.parent          # flashlab/
-_EXERCISES = Path(__file__).resolve().parent              # flashlab/exercises/ (the checkers)
 
 
 # ------------------------------------------------------------------ seeded instructor inputs
@@ -169,13 +168,14 @@ def _describe(args: tuple) -> str:
 
 # ------------------------------------------------------------------------- write it yourself
 def _is_flashlab(obj: Any) -> str | None:
-    """The flashlab name of ``obj`` if it is flashlab's code outside the checkers, else None."""
+    """The flashlab name of ``obj`` if it is flashlab's code, else None. The exercises' own
+    modules count too: ``flashlab.exercises._capstone.tile_loop`` is the capstone's answer."""
     if isinstance(obj, types.ModuleType):
         name = obj.__name__
     else:
         obj = getattr(obj, "py_func", obj)                 # a Numba dispatcher: its Python function
         name = f"{getattr(obj, '__module__', '') or ''}.{getattr(obj, '__qualname__', '')}"
-    if name == "flashlab" or name.startswith("flashlab.") and not name.startswith("flashlab.exercises"):
+    if name == "flashlab" or name.startswith("flashlab."):
         return name.rstrip(".")
     return None
 
@@ -226,8 +226,9 @@ def _guarded(fn: Callable[..., Any], seen: list[str]) -> Callable[..., Any]:
             path = frame.f_code.co_filename
             # the package's lazy face (flashlab._lazy) only looks a name up: the call it leads to is
             # the one to name
-            if (path.startswith(str(_PACKAGE)) and not path.startswith(str(_EXERCISES))
-                    and path != str(_PACKAGE / "_lazy.py")):
+            # only the student's function runs under the hook (the checker calls it): any frame in
+            # flashlab's source, the exercises' solutions included, is flashlab's answer
+            if path.startswith(str(_PACKAGE)) and path != str(_PACKAGE / "_lazy.py"):
                 where = Path(path).relative_to(_PACKAGE.parent).with_suffix("")
                 seen.append(f"{'.'.join(where.parts)}.{frame.f_code.co_name}")
                 sys.setprofile(None)
