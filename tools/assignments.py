@@ -17,6 +17,12 @@ capstone: ``capstone``), an nbgrader *source* notebook with, for each of its exe
    solution on inputs drawn from the instructor's seed (``--seed``, default: a fresh random one,
    written into the hidden tests; keep your source notebooks private).
 
+After each chapter exercise comes its *graded variant* (:mod:`flashlab.exercises._variants`):
+a harder, related task stated without its formula, with the same three cells; its test
+(2 points) runs :func:`flashlab.exercises.grading.grade_variant` on example inputs, and its
+hidden tests on inputs drawn from the instructor's seed. An instructor who wants only one of
+the two deletes the other's cells from the source notebook before ``generate_assignment``.
+
 A solution that calls flashlab's own reference or kernels fails with a message saying so
 (:func:`flashlab.exercises.grading.grade`). The course folder gets an ``nbgrader_config.py``;
 then, from that folder: ``nbgrader generate_assignment <chapter>``, hand out ``release/``,
@@ -162,9 +168,42 @@ def exercise_cells(ex: Exercise, seed: int) -> list[dict]:
     ]
 
 
+def variant_cells(ex: Exercise, seed: int) -> list[dict]:
+    """The three cells of the graded variant of ``ex`` (:data:`flashlab.exercises._variants.VARIANTS`):
+    its statement, the answer cell (the variant's reference as the solution), the test (2 points)."""
+    import inspect
+
+    from flashlab.exercises._variants import VARIANTS
+    v = VARIANTS[ex.name]
+    src = inspect.getsource(v.reference)
+    fn = _function(src, v.name)
+    start, lines = fn.body[0].lineno, src.splitlines()
+    while start - 1 > fn.lineno and lines[start - 2].strip().startswith("#"):
+        start -= 1                             # the comment above the first statement belongs to it
+    answer = f"import numpy as np\n\n\n{v.signature}\n    {BEGIN}\n{_lines(src, fn, start=start)}\n    {END}\n"
+    test = (f"from flashlab.exercises.grading import grade_variant\n\n"
+            f"# a few example inputs, compared with the reference; a function that calls flashlab fails\n"
+            f"feedback = grade_variant({v.name!r}, {v.name})\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### BEGIN HIDDEN TESTS\n"
+            f"# the instructor's inputs, drawn from this seed\n"
+            f"feedback = grade_variant({v.name!r}, {v.name}, seed={seed}, trials=10)\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### END HIDDEN TESTS\n")
+    return [
+        _cell("markdown", f"## Graded variant: `{v.name}`\n\n{v.statement}", _meta(f"{v.name}-statement")),
+        _cell("code", answer, _meta(f"{v.name}-answer", solution=True, locked=False)),
+        _cell("code", test, _meta(f"{v.name}-test", grade=True, points=2)),
+    ]
+
+
 def source_notebook(exs: list[Exercise], seed: int) -> dict:
-    """The nbgrader source notebook of one assignment: the cells of each of its exercises."""
-    cells = [cell for ex in exs for cell in exercise_cells(ex, seed)]
+    """The nbgrader source notebook of one assignment: the cells of each of its exercises, each
+    followed by its graded variant (the capstone has none: it is the hard one)."""
+    cells = [cell for ex in exs for cell in exercise_cells(ex, seed)
+             + (variant_cells(ex, seed) if ex.chapter != CAPSTONE else [])]
     return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                          "language_info": {"name": "python"}}}

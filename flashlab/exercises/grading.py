@@ -34,8 +34,9 @@ import numpy as np
 
 from . import _capstone, foundations, gpu, rect
 from ._core import FLOAT16_PRECISION, FLOAT32_PRECISION, Feedback, close
+from ._variants import PUBLIC_SEED, VARIANTS
 
-__all__ = ["CHECKERS", "INPUTS", "PRECISION", "grade", "flashlab_calls"]
+__all__ = ["CHECKERS", "INPUTS", "PRECISION", "grade", "grade_variant", "flashlab_calls"]
 
 #: exercise name (the function the student writes) -> the book's checker
 CHECKERS: dict[str, Callable[[Callable[..., Any]], Feedback]] = {
@@ -252,6 +253,62 @@ def _uses_flashlab(exercise: str, names: list[str]) -> Feedback:
                     "a library to call here.", "calls_flashlab")
 
 
+def _compare(exercise: str, fn: Callable[..., Any], reference: Callable[..., Any],
+             inputs: Callable[[np.random.Generator], tuple], precision: tuple[float, float], seed: int,
+             trials: int, whose: str, verdict: str) -> Feedback | None:
+    """Compare ``fn`` with ``reference`` on ``trials`` inputs drawn by ``inputs`` from
+    ``numpy.random.default_rng(seed)`` at ``precision``; the first failure's feedback, or None.
+    ``whose`` names the inputs in messages ("the instructor's input"), ``verdict`` starts the
+    message of a wrong value."""
+    seen: list[str] = []
+    rng = np.random.default_rng(seed)
+    for trial in range(trials):
+        args = inputs(rng)
+        want = reference(*args)
+        where = f"{whose} #{trial + 1} ({_describe(args)})"
+        try:
+            with np.errstate(all="ignore"):              # an overflow shows in the comparison
+                got = _guarded(fn, seen)(*args)
+        except _CallsFlashlab:
+            return _uses_flashlab(exercise, seen[:1])
+        except Exception as exc:                         # the student's code: report, don't crash
+            return Feedback(exercise, False, f"on {where} your function raised {type(exc).__name__}: {exc}",
+                            "raised_hidden")
+        if not _same(got, want, *precision):
+            if precision != _EXACT and _same(got, want, *FLOAT16_PRECISION):
+                return Feedback(exercise, False, f"on {where} your answer is close but only to about float16 "
+                                f"precision: the book accepts a relative error of {precision[0]:g} (what "
+                                "float32 reaches). A precision problem, not a wrong formula: keep the sums, "
+                                "the exponentials and any running state in float32 or float64.", "low_precision")
+            return Feedback(exercise, False, f"{verdict} {where}: check it beyond the examples "
+                            "(other shapes, lengths and values).", "hidden_inputs")
+    return None
+
+
+def grade_variant(name: str, fn: Callable[..., Any], *, seed: int = PUBLIC_SEED, trials: int = 5) -> Feedback:
+    """Grade ``fn``, the student's function for the graded variant ``name`` (the ``name`` of a
+    :data:`~flashlab.exercises._variants.VARIANTS` entry, e.g. ``"merge_partials"``).
+
+    Compares ``fn`` with the variant's reference on ``trials`` inputs drawn from
+    ``numpy.random.default_rng(seed)``, at the variant's precision, with ``fn`` forbidden to use
+    flashlab's own code. The public check uses :data:`~flashlab.exercises._variants.PUBLIC_SEED`,
+    nbgrader's hidden tests the instructor's seed.
+    """
+    variants = {v.name: v for v in VARIANTS.values()}
+    if name not in variants:
+        raise ValueError(f"name={name!r}: one of {', '.join(sorted(variants))}")
+    if not callable(fn):
+        raise TypeError(f"fn must be the function to grade; got {type(fn).__name__}")
+    if names := flashlab_calls(fn):
+        return _uses_flashlab(name, names)
+    v = variants[name]
+    whose = "the example input" if seed == PUBLIC_SEED else "the instructor's input"
+    failed = _compare(name, fn, v.reference, v.inputs, v.precision, seed, trials, whose, "wrong on")
+    if failed is not None:                   # (a failing Feedback is falsy: no `failed or ...`)
+        return failed
+    return Feedback(name, True, f"right on {trials} inputs ({whose.removeprefix('the ')}s).")
+
+
 def grade(exercise: str, fn: Callable[..., Any], *, reference: Callable[..., Any] | None = None,
           seed: int | None = None, trials: int = 5) -> Feedback:
     """Grade ``fn``, the student's function for ``exercise`` (a key of :data:`CHECKERS`).
@@ -274,27 +331,10 @@ def grade(exercise: str, fn: Callable[..., Any], *, reference: Callable[..., Any
     feedback = CHECKERS[exercise](_guarded(fn, seen))
     if seen:
         return _uses_flashlab(exercise, seen[:1])
-    if not feedback.passed or reference is None:
+    if not feedback.passed or reference is None or seed is None:
         return feedback
-    rng = np.random.default_rng(seed)
-    for trial in range(trials):
-        args = INPUTS[exercise](rng)
-        want = reference(*args)
-        try:
-            got = _guarded(fn, seen)(*args)
-        except _CallsFlashlab:
-            return _uses_flashlab(exercise, seen[:1])
-        except Exception as exc:                         # the student's code: report, don't crash
-            return Feedback(exercise, False, f"on the instructor's input #{trial + 1} ({_describe(args)}) "
-                            f"your function raised {type(exc).__name__}: {exc}", "raised_hidden")
-        if not _same(got, want, *PRECISION[exercise]):
-            if PRECISION[exercise] != _EXACT and _same(got, want, *FLOAT16_PRECISION):
-                return Feedback(exercise, False, f"on the instructor's input #{trial + 1} ({_describe(args)}) "
-                                f"your answer is close but only to about float16 precision: the book accepts "
-                                f"a relative error of {PRECISION[exercise][0]:g} (what float32 reaches). "
-                                "A precision problem, not a wrong formula: keep the sums, the exponentials "
-                                "and any running state in float32 or float64.", "low_precision")
-            return Feedback(exercise, False, f"passes the book's checks but not the instructor's input "
-                            f"#{trial + 1} ({_describe(args)}): check it beyond the book's examples "
-                            "(other shapes, lengths and values).", "hidden_inputs")
+    failed = _compare(exercise, fn, reference, INPUTS[exercise], PRECISION[exercise], seed, trials,
+                      "the instructor's input", "passes the book's checks but not")
+    if failed is not None:
+        return failed
     return Feedback(exercise, True, f"{feedback.message} Also right on {trials} inputs chosen by the instructor.")
