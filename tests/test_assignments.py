@@ -81,7 +81,21 @@ def test_the_gpu_chapter_and_the_capstone_are_graded_assignments(tmp_path):
     _nbgrader(course, "generate_assignment", "gpu", "--force")
     release = json.loads((course / "release" / "gpu" / "gpu.ipynb").read_text())
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in release["cells"] if c["metadata"]["nbgrader"]["grade"]]
-    assert ids == ["forward_read_bytes-test", "shared_bytes-test"]
+    # each exercise followed by its graded variant (2 points)
+    assert ids == ["forward_read_bytes-test", "window_read_bytes-test", "shared_bytes-test", "largest_block_q-test"]
+    # a student who answers only the variant, right: 2 of the 6 points
+    from flashlab.exercises._variants import window_read_bytes
+    cell = next(i for i, c in enumerate(release["cells"])
+                if c["metadata"]["nbgrader"]["grade_id"] == "window_read_bytes-answer")
+    body = "".join(inspect.getsource(window_read_bytes).splitlines(True)[1:])
+    sub = json.loads(json.dumps(release))
+    sub["cells"][cell]["source"] = "".join(sub["cells"][cell]["source"]).replace(STUB, body.rstrip()).splitlines(True)
+    (course / "submitted" / "frank" / "gpu").mkdir(parents=True)
+    (course / "submitted" / "frank" / "gpu" / "gpu.ipynb").write_text(json.dumps(sub))
+    _nbgrader(course, "autograde", "gpu", "--create", "--force")
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_assignment("gpu").max_score == 6
+        assert gb.find_submission("gpu", "frank").score == 2.0
 
     _nbgrader(course, "generate_assignment", "capstone", "--force")
     release = json.loads((course / "release" / "capstone" / "capstone.ipynb").read_text())
