@@ -18,8 +18,12 @@ the book, and the book shows every solution. For marks, :func:`grade` adds two r
   error $10^{-5}$), counts are judged exactly, and an answer that is close but not close
   enough fails with a message that says it is a precision problem (``"low_precision"``).
 
+For graded use each chapter exercise also has a harder *variant*, stated without its formula
+(the instructor guide lists them); :func:`grade_variant` grades one against its reference on
+example inputs, or on the instructor's seeded inputs, with the same two rules and precision.
+
 ``tools/assignments.py`` (``make assignments``) writes the nbgrader course whose autograded
-cells call :func:`grade` and print its feedback before asserting it.
+cells call :func:`grade` and :func:`grade_variant` and print their feedback before asserting it.
 """
 from __future__ import annotations
 
@@ -56,9 +60,9 @@ CHECKERS: dict[str, Callable[[Callable[..., Any]], Feedback]] = {
     "flash_tile_loop": _capstone.check_flash_tile_loop,
 }
 
+_EXACT = (1e-9, 1e-9)
 #: ``(rtol, atol)`` of the hidden comparison: the precision each book checker asks for (the
 #: exercises page: floating-point answers to float32 precision, counts and masks exactly)
-_EXACT = (1e-9, 1e-9)
 PRECISION: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("attention", "online_softmax_step", "softmax_grad", "rope_rotate_half",
                      "flash_tile_loop"), FLOAT32_PRECISION),
@@ -286,13 +290,13 @@ def _compare(exercise: str, fn: Callable[..., Any], reference: Callable[..., Any
 
 
 def grade_variant(name: str, fn: Callable[..., Any], *, seed: int = PUBLIC_SEED, trials: int = 5) -> Feedback:
-    """Grade ``fn``, the student's function for the graded variant ``name`` (the ``name`` of a
-    :data:`~flashlab.exercises._variants.VARIANTS` entry, e.g. ``"merge_partials"``).
+    """Grade ``fn``, the student's function for the graded variant ``name`` (the function a
+    variant asks for, e.g. ``"merge_partials"``; the variants are listed in the instructor guide).
 
     Compares ``fn`` with the variant's reference on ``trials`` inputs drawn from
-    ``numpy.random.default_rng(seed)``, at the variant's precision, with ``fn`` forbidden to use
-    flashlab's own code. The public check uses :data:`~flashlab.exercises._variants.PUBLIC_SEED`,
-    nbgrader's hidden tests the instructor's seed.
+    ``numpy.random.default_rng(seed)``, at the variant's precision (float answers to float32
+    precision, counts exactly), with ``fn`` forbidden to use flashlab's own code. The public
+    check uses the default seed, nbgrader's hidden tests the instructor's.
     """
     variants = {v.name: v for v in VARIANTS.values()}
     if name not in variants:
