@@ -26,6 +26,10 @@ SUBMISSIONS = {
     "bob": ("    s = q @ k.T\n"                                      # the scale forgotten
             "    p = np.exp(s - s.max(axis=-1, keepdims=True))\n"
             "    return p / p.sum(axis=-1, keepdims=True) @ v"),
+    "dave": ("    q, k, v = (x.astype(np.float32) for x in (q, k, v))\n"   # right, in float32 (issue 34 bug B)
+             "    s = q @ k.T / np.float32(np.sqrt(q.shape[1]))\n"
+             "    p = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+             "    return p / p.sum(axis=-1, keepdims=True) @ v"),
     "carol": ("    import flashlab\n"                                # the answer key called
               "    return flashlab.attention_reference(q[None, None], k[None, None], v[None, None])[0][0, 0]"),
 }
@@ -58,7 +62,8 @@ def test_generate_and_autograde_a_right_a_wrong_and_a_cheating_submission(tmp_pa
 
     with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission(CHAPTER, s).score for s in SUBMISSIONS}
-    assert scores == {"alice": 1.0, "bob": 0.0, "carol": 0.0}
+    # the exercise's point (its graded variant, left unanswered, scores 0 of 2)
+    assert scores == {"alice": 1.0, "bob": 0.0, "dave": 1.0, "carol": 0.0}
 
     def printed(student: str) -> str:
         nb = json.loads((course / "autograded" / student / CHAPTER / f"{CHAPTER}.ipynb").read_text())
