@@ -544,7 +544,7 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     head = ["the figure (source)", "vendor"] + [_label(k) for k in ESTIMATES] + ["verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"{r.figure} {{cite}}`{r.source}`", fmt_vendor(r)]
+        cells = [f"{r.figure} [{r.source}]", fmt_vendor(r)]    # the bibliography key as text: read in Colab too
         cells += [r.estimates[k].text for k in ESTIMATES]
         cells.append(verdict_headline(r.verdict))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

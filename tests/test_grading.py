@@ -18,15 +18,78 @@ def solutions() -> dict:
     """exercise name -> the book's solution function, taken from the chapter's solution cell."""
     out = {}
     for ex in assignments.exercises():
-        scope = {"np": np}
-        exec(ex.solution, scope)                    # noqa: S102 (the book's own solution)
+        scope: dict = {}
+        exec(f"{ex.imports}\n{ex.solution}", scope)  # noqa: S102 (the book's own solution)
         out[ex.name] = scope[ex.name]
     return out
 
 
 def test_every_code_it_exercise_is_exported_once():
     names = [ex.name for ex in assignments.exercises()]
-    assert sorted(names) == sorted(grading.CHECKERS) and len(names) == 13
+    # 13 chapter exercises and the capstone
+    assert sorted(names) == sorted(grading.CHECKERS) and len(names) == 14
+    assert sorted(grading.PRECISION) == sorted(grading.CHECKERS) == sorted(grading.INPUTS)
+
+
+def test_every_exercise_of_a_chapter_is_in_its_assignment(tmp_path):
+    """Bug A of issue 34: the gpu chapter's two exercises went to one file, the second overwriting
+    the first. Now a chapter is one assignment holding each of its exercises."""
+    paths = assignments.write_course(tmp_path, seed=1)
+    graded = {}
+    for path in paths:
+        cells = json.loads(path.read_text())["cells"]
+        ids = [c["metadata"]["nbgrader"]["grade_id"] for c in cells if c["metadata"]["nbgrader"]["grade"]]
+        # the book's exercises (each followed by its graded variant: tests/test_variants.py)
+        graded[path.stem] = [i.removesuffix("-test") for i in ids if i.removesuffix("-test") in grading.CHECKERS]
+    assert graded["gpu"] == ["forward_read_bytes", "shared_bytes"]
+    assert graded["capstone"] == ["flash_tile_loop"]
+    assert sorted(n for names in graded.values() for n in names) == sorted(grading.CHECKERS)
+
+
+def _float32(fn):
+    """``fn`` computed in float32: its float inputs cast to float32 (an answer 1e-7 off)."""
+    def cast(x):
+        return x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x
+
+    def run(*args):
+        out = fn(*(cast(a) for a in args))
+        return tuple(map(cast, out)) if isinstance(out, tuple) else cast(out)
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(n for n, tol in grading.PRECISION.items() if tol[0] > 1e-9))
+def test_a_float32_answer_passes_the_hidden_tests(solutions, name):
+    """Bug B of issue 34: the book accepts float32 precision; the hidden tests compared to 1e-9."""
+    fn = solutions[name]
+    feedback = grading.grade(name, _float32(fn), reference=fn, seed=4)
+    assert feedback.passed, feedback.message
+
+
+def test_a_float16_answer_fails_the_hidden_tests_as_a_precision_problem(solutions):
+    fn = solutions["attention"]
+
+    def attention(q, k, v):
+        return fn(q, k, v).astype(np.float16).astype(np.float64)  # right to ~3 digits only
+    # only the hidden comparison is asked here (the book's checker says it too)
+    assert grading._same(attention(*grading.INPUTS["attention"](np.random.default_rng(0))),
+                         fn(*grading.INPUTS["attention"](np.random.default_rng(0))), *grading.FLOAT16_PRECISION)
+    rng = np.random.default_rng(9)
+    want = fn(*(args := grading.INPUTS["attention"](rng)))
+    assert not grading._same(attention(*args), want, *grading.PRECISION["attention"])
+    feedback = grading.grade("attention", attention)
+    assert not feedback.passed and feedback.mistake == "low_precision"
+
+
+def test_the_hidden_tests_name_a_precision_slip_as_one(solutions, monkeypatch):
+    """A result right to float16 precision on the instructor's inputs (the book's checks passed)."""
+    fn = solutions["attention"]
+    monkeypatch.setitem(grading.CHECKERS, "attention", lambda f: grading.Feedback("attention", True, "ok"))
+
+    def attention(q, k, v):
+        return fn(q, k, v).astype(np.float16)
+    feedback = grading.grade("attention", attention, reference=fn, seed=2)
+    assert not feedback.passed and feedback.mistake == "low_precision"
+    assert "precision" in feedback.message and "1e-05" in feedback.message
 
 
 @pytest.mark.parametrize("name", sorted(grading.CHECKERS))
@@ -110,10 +173,79 @@ def test_source_notebooks_have_nbgrader_cells(tmp_path):
     assert len(paths) == 13 and (tmp_path / "nbgrader_config.py").exists()
     for path in paths:
         cells = json.loads(path.read_text())["cells"]
-        answer, test = ("".join(c["source"]) for c in cells[1:])
+        assert len(cells) % 3 == 0
+        answer, test = ("".join(c["source"]) for c in cells[1:3])
         assert cells[1]["metadata"]["nbgrader"]["solution"] and not cells[1]["metadata"]["nbgrader"]["locked"]
-        assert cells[2]["metadata"]["nbgrader"]["grade"] and cells[2]["metadata"]["nbgrader"]["points"] == 1
+        points = 5 if path.stem == assignments.CAPSTONE else 1
+        assert cells[2]["metadata"]["nbgrader"]["grade"] and cells[2]["metadata"]["nbgrader"]["points"] == points
         assert assignments.BEGIN in answer and assignments.END in answer
         # feedback printed before the assert; the seeded comparison hidden from students
         assert test.index("print(feedback)") < test.index("assert feedback.passed")
         assert "### BEGIN HIDDEN TESTS" in test and "seed=11" in test.split("### BEGIN HIDDEN TESTS")[1]
+
+
+def test_the_guides_autograded_exercises_are_the_course(tmp_path):
+    """Every exercise the instructor guide lists as autograded is in the generated course, and
+    nothing else is (issue 34: the guide said 13 where the course had 12)."""
+    import re
+    from pathlib import Path
+    guide = (Path(__file__).resolve().parent.parent / "book" / "instructor.md").read_text()
+    table = guide.split("## Every exercise", 1)[1].split("\n## ", 1)[0]
+    listed = []
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[5].startswith("yes"):
+            (name,) = re.findall(r"\(`(\w+)`\)", cells[2])
+            listed.append(name)
+    course = []
+    for path in assignments.write_course(tmp_path, seed=1):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["metadata"]["nbgrader"]["grade"]:
+                course.append(cell["metadata"]["nbgrader"]["grade_id"].removesuffix("-test"))
+    book = [n for n in course if n in grading.CHECKERS]
+    assert sorted(listed) == sorted(book) and len(book) == 14
+    # the guide's count agrees, and its table of graded variants is the course's
+    assert "14 code (all 14 autograded" in guide
+    variants = guide.split("### Graded variants", 1)[1].split("\n## ", 1)[0]
+    listed_variants = re.findall(r"^\| `\w+` \| `(\w+)` \|", variants, flags=re.M)
+    assert sorted(listed_variants) == sorted(set(course) - set(book)) and len(listed_variants) == 13
+
+
+def test_every_explore_exercise_has_a_rubric():
+    """Issue 34: the guide gives each exploration a short rubric (chapter and number as listed)."""
+    import re
+    from pathlib import Path
+    guide = (Path(__file__).resolve().parent.parent / "book" / "instructor.md").read_text()
+    table = guide.split("## Every exercise", 1)[1].split("\n## ", 1)[0]
+    explore, chapter = [], None
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[1].isdigit():
+            chapter = cells[0] or chapter
+            if cells[3] == "explore":
+                explore.append(f"{chapter} {cells[1]}, {cells[2]}")
+    rubrics = guide.split("## Rubrics for the explore exercises", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split("|")[1].strip() for r in rubrics.splitlines() if re.match(r"\| \{doc\}", r)]
+    assert len(explore) == 13 and sorted(rows) == sorted(explore)
+
+
+def test_the_capstone_may_not_call_the_books_own_tile_loop():
+    """The capstone's solution ships in flashlab.exercises._capstone: calling it is refused, named
+    statically or reached at run time."""
+    import importlib
+
+    from flashlab.exercises._capstone import tile_loop
+
+    def flash_tile_loop(q, k, v, do, block_q, block_k, causal):
+        return tile_loop(q, k, v, do, block_q, block_k, causal)
+
+    feedback = grading.grade("flash_tile_loop", flash_tile_loop)
+    assert not feedback.passed and feedback.mistake == "calls_flashlab"
+    assert "flashlab.exercises._capstone.tile_loop" in feedback.message
+
+    def sneaky(q, k, v, do, block_q, block_k, causal):
+        loop = importlib.import_module("flashlab.exercises._cap" + "stone").tile_loop
+        return loop(q, k, v, do, block_q, block_k, causal)
+    feedback = grading.grade("flash_tile_loop", sneaky)
+    assert not feedback.passed and feedback.mistake == "calls_flashlab"
+    assert "tile_loop" in feedback.message

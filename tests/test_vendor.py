@@ -114,7 +114,7 @@ def test_amdahl_share():
 
 def test_table_markdown_and_row_lookup():
     md = vendor.table_markdown(["concat_share", "inplace"])
-    assert md.count("\n|") == 3 and "13.5%" in md and "{cite}`ascend2025rectfa`" in md
+    assert md.count("\n|") == 3 and "13.5%" in md and "[ascend2025rectfa]" in md and "{cite}" not in md
     with pytest.raises(KeyError, match="fa_forward"):
         vendor.row("nope")
 

@@ -1,19 +1,27 @@
 """Export the book's coding exercises as an nbgrader course (``make assignments``).
 
-Every chapter ends with one "Code it" exercise: a markdown statement, a starter cell that
-defines the function (``raise NotImplementedError``) and calls its checker, and a collapsed
-solution cell. For each, this writes ``_build/assignments/source/<chapter>/<chapter>.ipynb``,
-an nbgrader *source* notebook with
+Every chapter ends with its "Code it" exercises (one, or two in the gpu chapter): a markdown
+statement, a starter cell that defines the function (``raise NotImplementedError``) and calls
+its checker, and a collapsed solution cell. The exercises page adds the capstone (the whole
+forward and backward tile loop, solved by :func:`flashlab.exercises._capstone.tile_loop`).
+For each chapter this writes ``_build/assignments/source/<chapter>/<chapter>.ipynb`` (the
+capstone: ``capstone``), an nbgrader *source* notebook with, for each of its exercises,
 
 1. the statement (plain Markdown, as in the handouts), a locked cell;
 2. ``import numpy as np`` and the function with the book's solution between
    ``### BEGIN SOLUTION`` / ``### END SOLUTION`` (nbgrader puts ``raise NotImplementedError()``
    there in the students' version), the cell students answer in;
-3. an autograded test cell (1 point) that calls :func:`flashlab.exercises.grading.grade`, prints
+3. an autograded test cell (1 point; the capstone 5) that calls :func:`flashlab.exercises.grading.grade`, prints
    the checker's feedback and then asserts it. Between ``### BEGIN HIDDEN TESTS`` / ``### END
    HIDDEN TESTS`` (removed from the students' version) it grades again against the book's
    solution on inputs drawn from the instructor's seed (``--seed``, default: a fresh random one,
    written into the hidden tests; keep your source notebooks private).
+
+After each chapter exercise comes its *graded variant* (:mod:`flashlab.exercises._variants`):
+a harder, related task stated without its formula, with the same three cells; its test
+(2 points) runs :func:`flashlab.exercises.grading.grade_variant` on example inputs, and its
+hidden tests on inputs drawn from the instructor's seed. An instructor who wants only one of
+the two deletes the other's cells from the source notebook before ``generate_assignment``.
 
 A solution that calls flashlab's own reference or kernels fails with a message saying so
 (:func:`flashlab.exercises.grading.grade`). The course folder gets an ``nbgrader_config.py``;
@@ -37,6 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
+CAPSTONE = "capstone"       # the capstone's assignment name (its statement: book/exercises.md)
+
+
 @dataclass(frozen=True)
 class Exercise:
     chapter: str          # the notebook's stem, also the assignment's name
@@ -45,6 +56,8 @@ class Exercise:
     signature: str        # "def f(...):" with its docstring, as the starter has it
     solution_body: str    # the book's solution, the function's body only (indented)
     solution: str         # the whole solution function
+    imports: str = "import numpy as np"    # what the answer cell imports
+    points: int = 1
 
 
 def _function(source: str, name: str | None = None) -> ast.FunctionDef:
@@ -87,7 +100,31 @@ def exercises() -> list[Exercise]:
             # the solution's own signature has no type hints: the body keeps its indentation
             found.append(Exercise(path.stem, starter.name, to_markdown(statement, names)[0], signature,
                                   body, _lines(sol_src, sol)))
-    return found
+    return found + [capstone(names)]
+
+
+def capstone(names: set[str] | None = None) -> Exercise:
+    """The capstone of ``book/exercises.md``: its statement and signature from the page, its
+    solution :func:`~flashlab.exercises._capstone.tile_loop` with no mistake planted."""
+    import inspect
+
+    from flashlab.exercises._capstone import tile_loop
+    from tools.handout import to_markdown
+    text = (ROOT / "book" / "exercises.md").read_text()
+    section = text.split("## Capstone", 1)[1].split("\n## ", 1)[0]
+    statement = section.split("\n", 1)[1].split("```python\nfrom flashlab.exercises")[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    starter = _function(code, "flash_tile_loop")
+    signature = _lines(code, starter, end=starter.body[0].end_lineno)
+    statement = statement.replace(f"```python\n{signature}\n```", "(the signature is in the cell below)")
+    src = inspect.getsource(tile_loop)
+    fn = _function(src, "tile_loop")
+    # tile_loop's body, its docstring and argument check left out, with no mistake planted
+    body = "    mistake = None  # the book's solution: flashlab.exercises._capstone.tile_loop, no slip planted\n" \
+        + _lines(src, fn, start=fn.body[2].lineno)
+    solution = f"{signature}\n{body}\n"
+    return Exercise(CAPSTONE, "flash_tile_loop", to_markdown(statement, names or set())[0].strip() + "\n",
+                    signature, body, solution, imports="import math\n\nimport numpy as np", points=5)
 
 
 def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = True,
@@ -106,9 +143,9 @@ def _cell(kind: str, source: str, metadata: dict) -> dict:
     return cell
 
 
-def source_notebook(ex: Exercise, seed: int) -> dict:
-    """The nbgrader source notebook of one exercise."""
-    answer = f"import numpy as np\n\n\n{ex.signature}\n    {BEGIN}\n{ex.solution_body}\n    {END}\n"
+def exercise_cells(ex: Exercise, seed: int) -> list[dict]:
+    """The three cells of one exercise: its statement, the answer cell, the autograded test."""
+    answer = f"{ex.imports}\n\n\n{ex.signature}\n    {BEGIN}\n{ex.solution_body}\n    {END}\n"
     reference = ex.solution.replace(f"def {ex.name}(", f"def _reference_{ex.name}(", 1)
     test = (f"from flashlab.exercises.grading import grade\n\n"
             f"# the book's checker; a function that calls flashlab's own code fails\n"
@@ -117,25 +154,73 @@ def source_notebook(ex: Exercise, seed: int) -> dict:
             f"assert feedback.passed, feedback.message\n"
             f"### BEGIN HIDDEN TESTS\n"
             f"# the instructor's inputs: drawn from this seed, compared with the book's solution\n"
+            f"{ex.imports}\n\n\n"
             f"{reference}\n\n\n"
             f"feedback = grade({ex.name!r}, {ex.name}, reference=_reference_{ex.name}, seed={seed})\n"
             f"print(feedback)\n"
             f"assert feedback.passed, feedback.message\n"
             f"### END HIDDEN TESTS\n")
-    cells = [
-        _cell("markdown", f"# {ex.chapter}: `{ex.name}`\n\n{ex.statement}", _meta(f"{ex.name}-statement")),
+    title = "the capstone" if ex.chapter == CAPSTONE else ex.chapter
+    return [
+        _cell("markdown", f"# {title}: `{ex.name}`\n\n{ex.statement}", _meta(f"{ex.name}-statement")),
         _cell("code", answer, _meta(f"{ex.name}-answer", solution=True, locked=False)),
-        _cell("code", test, _meta(f"{ex.name}-test", grade=True, points=1)),
+        _cell("code", test, _meta(f"{ex.name}-test", grade=True, points=ex.points)),
     ]
+
+
+def variant_cells(ex: Exercise, seed: int) -> list[dict]:
+    """The three cells of the graded variant of ``ex`` (:data:`flashlab.exercises._variants.VARIANTS`):
+    its statement, the answer cell (the variant's reference as the solution), the test (2 points)."""
+    import inspect
+
+    from flashlab.exercises._variants import VARIANTS
+    v = VARIANTS[ex.name]
+    src = inspect.getsource(v.reference)
+    fn = _function(src, v.name)
+    start, lines = fn.body[0].lineno, src.splitlines()
+    while start - 1 > fn.lineno and lines[start - 2].strip().startswith("#"):
+        start -= 1                             # the comment above the first statement belongs to it
+    answer = f"import numpy as np\n\n\n{v.signature}\n    {BEGIN}\n{_lines(src, fn, start=start)}\n    {END}\n"
+    test = (f"from flashlab.exercises.grading import grade_variant\n\n"
+            f"# a few example inputs, compared with the reference; a function that calls flashlab fails\n"
+            f"feedback = grade_variant({v.name!r}, {v.name})\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### BEGIN HIDDEN TESTS\n"
+            f"# the instructor's inputs, drawn from this seed\n"
+            f"feedback = grade_variant({v.name!r}, {v.name}, seed={seed}, trials=10)\n"
+            f"print(feedback)\n"
+            f"assert feedback.passed, feedback.message\n"
+            f"### END HIDDEN TESTS\n")
+    return [
+        _cell("markdown", f"## Graded variant: `{v.name}`\n\n{v.statement}", _meta(f"{v.name}-statement")),
+        _cell("code", answer, _meta(f"{v.name}-answer", solution=True, locked=False)),
+        _cell("code", test, _meta(f"{v.name}-test", grade=True, points=2)),
+    ]
+
+
+def source_notebook(exs: list[Exercise], seed: int) -> dict:
+    """The nbgrader source notebook of one assignment: the cells of each of its exercises, each
+    followed by its graded variant (the capstone has none: it is the hard one)."""
+    cells = [cell for ex in exs for cell in exercise_cells(ex, seed)
+             + (variant_cells(ex, seed) if ex.chapter != CAPSTONE else [])]
     return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                          "language_info": {"name": "python"}}}
 
 
+def assignments() -> dict[str, list[Exercise]]:
+    """assignment name (the chapter, or ``capstone``) -> its exercises, in the book's order."""
+    out: dict[str, list[Exercise]] = {}
+    for ex in exercises():
+        out.setdefault(ex.chapter, []).append(ex)
+    return out
+
+
 CONFIG = '''# nbgrader configuration of the flashlab course (written by tools/assignments.py)
 c = get_config()  # noqa: F821 (nbgrader's config loader defines it)
 c.CourseDirectory.course_id = "flashlab"
-# every chapter's exercise is its own assignment, named after the chapter
+# every chapter's exercises are one assignment, named after the chapter; the capstone is "capstone"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"
 # each test cell prints the checker's feedback before asserting: a student's error shows it
 c.ExecutePreprocessor.timeout = 300
@@ -148,11 +233,11 @@ def write_course(out: Path, seed: int | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "nbgrader_config.py").write_text(CONFIG)
     written = []
-    for ex in exercises():
-        folder = out / "source" / ex.chapter
+    for name, exs in assignments().items():
+        folder = out / "source" / name
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{ex.chapter}.ipynb"
-        path.write_text(json.dumps(source_notebook(ex, seed), indent=1, ensure_ascii=False) + "\n")
+        path = folder / f"{name}.ipynb"
+        path.write_text(json.dumps(source_notebook(exs, seed), indent=1, ensure_ascii=False) + "\n")
         written.append(path)
     return written
 

@@ -27,6 +27,14 @@ tell a student whether the answer is right and, for the common mistakes, what is
 data the chapters read ships inside the package (:mod:`flashlab.data`), so a handout runs in any
 folder where flashlab is installed. Usage: ``python tools/handout.py [--out _build/handout]``
 (``make handout``).
+
+**The launch folder.** The book's Colab and Binder buttons open ``<path_to_book>/<page>.ipynb``
+in the repository (``_config.yml``: ``repository.path_to_book`` is ``handout``), so they open
+the committed handout of the chapter, ``handout/book/<chapter>.ipynb``, never the book's
+notebook (whose solutions a notebook interface shows as raw MyST). ``python tools/handout.py
+--launch`` rewrites that folder from the chapters (every notebook of ``_toc.yml``, the API page
+included, so that every page's button opens a file); ``tests/test_launch.py`` checks that it is
+current: run it after changing a chapter.
 """
 from __future__ import annotations
 
@@ -37,6 +45,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the committed handouts the launch buttons open (``_config.yml``'s ``repository.path_to_book``)
+LAUNCH = ROOT / "handout"
 #: a line that only points at a solution cell removed from the handout
 SOLUTION_POINTER = re.compile(r"^[^\n]*\bsolution\b[^\n]*\(click to expand\):[ \t]*\n?", re.I | re.M)
 #: a MyST colon-fence admonition: its title, its options (":class: ..."), its body, its closing ':::'
@@ -143,10 +153,43 @@ def write_handouts(out: Path) -> list[Path]:
     return written
 
 
+def launch_handouts() -> dict[str, str]:
+    """``path relative to the launch folder -> the handout's JSON text`` for every notebook of
+    ``_toc.yml``: what ``handout/`` must hold."""
+    from tools.colab_cell import chapter_notebooks
+    sources = chapter_notebooks()
+    names = {p.stem for p in sources}
+    return {str(src.relative_to(ROOT)): json.dumps(strip_solutions(json.loads(src.read_text()), names)[0],
+                                                   indent=1, ensure_ascii=False) + "\n"
+            for src in sources}
+
+
+def write_launch(out: Path = LAUNCH) -> list[Path]:
+    """Rewrite the launch folder ``out`` (:func:`launch_handouts`), removing stale notebooks."""
+    wanted = launch_handouts()
+    for old in out.rglob("*.ipynb"):
+        if str(old.relative_to(out)) not in wanted:
+            old.unlink()
+    written = []
+    for rel, text in wanted.items():
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not dest.exists() or dest.read_text() != text:
+            dest.write_text(text)
+        written.append(dest)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "_build" / "handout")
+    ap.add_argument("--launch", action="store_true",
+                    help="rewrite the committed launch folder handout/ (what Colab and Binder open)")
     args = ap.parse_args(argv)
+    if args.launch:
+        for path in write_launch():
+            print(f"launch handout: {path.relative_to(ROOT)}")
+        return 0
     write_handouts(args.out)
     return 0
 

@@ -7,15 +7,23 @@ the book, and the book shows every solution. For marks, :func:`grade` adds two r
   ``flash_attention``, the kernels, ...) instead of computing the answer fails, with a message
   that names what it called. It is caught twice: statically (a name in the function, or in a
   function it defines, that is the ``flashlab`` package or one of its functions) and while it
-  runs (a profiler sees every Python call that enters flashlab's source outside
-  ``flashlab.exercises``).
+  runs (a profiler sees every Python call that enters flashlab's source, the exercises' own
+  solutions included, e.g. the capstone's ``flashlab.exercises._capstone.tile_loop``).
 * **Inputs the students have not seen.** With ``reference`` (the instructor's solution) and
   ``seed`` (the instructor's number, kept in nbgrader's hidden tests), the function is also
   compared with the reference on ``trials`` inputs drawn from ``numpy.random.default_rng(seed)``
   by the exercise's generator (:data:`INPUTS`): shapes, lengths and values change with the seed.
+  The comparison uses the precision the book states for the exercise (:data:`PRECISION`, the
+  book's checker's own): a floating-point answer computed in float32 is accepted (relative
+  error $10^{-5}$), counts are judged exactly, and an answer that is close but not close
+  enough fails with a message that says it is a precision problem (``"low_precision"``).
+
+For graded use each chapter exercise also has a harder *variant*, stated without its formula
+(the instructor guide lists them); :func:`grade_variant` grades one against its reference on
+example inputs, or on the instructor's seeded inputs, with the same two rules and precision.
 
 ``tools/assignments.py`` (``make assignments``) writes the nbgrader course whose autograded
-cells call :func:`grade` and print its feedback before asserting it.
+cells call :func:`grade` and :func:`grade_variant` and print their feedback before asserting it.
 """
 from __future__ import annotations
 
@@ -28,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from . import foundations, gpu, rect
-from ._core import Feedback
+from . import _capstone, foundations, gpu, rect
+from ._core import FLOAT16_PRECISION, FLOAT32_PRECISION, Feedback, close
+from ._variants import PUBLIC_SEED, VARIANTS
 
-__all__ = ["CHECKERS", "INPUTS", "grade", "flashlab_calls"]
+__all__ = ["CHECKERS", "INPUTS", "PRECISION", "grade", "grade_variant", "flashlab_calls"]
 
 #: exercise name (the function the student writes) -> the book's checker
 CHECKERS: dict[str, Callable[[Callable[..., Any]], Feedback]] = {
@@ -48,10 +57,21 @@ CHECKERS: dict[str, Callable[[Callable[..., Any]], Feedback]] = {
     "attention_flops": rect.check_attention_flops,
     "forward_read_bytes": gpu.check_forward_read_bytes,
     "shared_bytes": gpu.check_shared_memory_bytes,
+    "flash_tile_loop": _capstone.check_flash_tile_loop,
+}
+
+_EXACT = (1e-9, 1e-9)
+#: ``(rtol, atol)`` of the hidden comparison: the precision each book checker asks for (the
+#: exercises page: floating-point answers to float32 precision, counts and masks exactly)
+PRECISION: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("attention", "online_softmax_step", "softmax_grad", "rope_rotate_half",
+                     "flash_tile_loop"), FLOAT32_PRECISION),
+    "mla_scores": (1e-4, 1e-5),                            # check_mla_scores' own (float32 at D = 192)
+    **dict.fromkeys(("arithmetic_intensity", "band_mask", "window_band", "pipeline_time", "concat_bytes",
+                     "attention_flops", "forward_read_bytes", "shared_bytes"), _EXACT),
 }
 
 _PACKAGE = Path(__file__).resolve().parent.parent          # flashlab/
-_EXERCISES = Path(__file__).resolve().parent              # flashlab/exercises/ (the checkers)
 
 
 # ------------------------------------------------------------------ seeded instructor inputs
@@ -91,6 +111,16 @@ def _ints(rng: np.random.Generator, n: int, lo: int = 1, hi: int = 4096) -> list
     return [int(x) for x in rng.integers(lo, hi, size=n)]
 
 
+def _tile_loop(rng: np.random.Generator) -> tuple:
+    """(q, k, v, do, block_q, block_k, causal): one head, lengths no tile need divide."""
+    sq, sk = (int(x) for x in rng.integers(1, 20, size=2))
+    d, dv = (int(x) for x in rng.integers(1, 9, size=2))
+    q, k = rng.standard_normal((sq, d)), rng.standard_normal((sk, d))
+    k[:, 0] += np.linspace(0.0, 3.0, sk)                  # later key tiles raise the row max
+    return (q, k, rng.standard_normal((sk, dv)), rng.standard_normal((sq, dv)),
+            *(int(x) for x in rng.integers(1, 9, size=2)), bool(rng.random() < 0.5))
+
+
 def _tiles(rng: np.random.Generator) -> list[int]:
     """block_q, block_k: powers of two from 8 to 128."""
     return [int(x) for x in rng.choice([8, 16, 32, 64, 128], size=2)]
@@ -118,25 +148,23 @@ INPUTS: dict[str, Callable[[np.random.Generator], tuple]] = {
                                int(r.integers(8, 128)), int(r.choice([1, 2, 4]))),
     "attention_flops": lambda r: (*_ints(r, 2, 1, 32), *_ints(r, 2, 1, 3000), *_ints(r, 2, 8, 256),
                                   bool(r.random() < 0.5)),
+    "flash_tile_loop": _tile_loop,
 }
 
 
-def _same(got: Any, want: Any) -> bool:
-    """``got`` equals ``want``: numbers to float64 rounding, None / bool / int exactly, tuples
-    element by element."""
+def _same(got: Any, want: Any, rtol: float, atol: float) -> bool:
+    """``got`` equals ``want``: numbers within ``rtol``/``atol`` (whatever ``got``'s dtype), None
+    and bools exactly, tuples element by element."""
     if isinstance(want, tuple):
-        return isinstance(got, (tuple, list)) and len(got) == len(want) and all(map(_same, got, want))
+        return (isinstance(got, (tuple, list)) and len(got) == len(want)
+                and all(_same(g, w, rtol, atol) for g, w in zip(got, want)))
     if want is None:
         return got is None
     if isinstance(want, (bool, np.bool_)):
         return isinstance(got, (bool, np.bool_)) and bool(got) == bool(want)
-    if got is None:
+    if got is None or isinstance(got, (str, bytes)):
         return False
-    try:
-        g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return g.shape == w.shape and bool(np.allclose(g, w, rtol=1e-9, atol=1e-12, equal_nan=True))
+    return close(got, want, rtol, atol)
 
 
 def _describe(args: tuple) -> str:
@@ -145,13 +173,14 @@ def _describe(args: tuple) -> str:
 
 # ------------------------------------------------------------------------- write it yourself
 def _is_flashlab(obj: Any) -> str | None:
-    """The flashlab name of ``obj`` if it is flashlab's code outside the checkers, else None."""
+    """The flashlab name of ``obj`` if it is flashlab's code, else None. The exercises' own
+    modules count too: ``flashlab.exercises._capstone.tile_loop`` is the capstone's answer."""
     if isinstance(obj, types.ModuleType):
         name = obj.__name__
     else:
         obj = getattr(obj, "py_func", obj)                 # a Numba dispatcher: its Python function
         name = f"{getattr(obj, '__module__', '') or ''}.{getattr(obj, '__qualname__', '')}"
-    if name == "flashlab" or name.startswith("flashlab.") and not name.startswith("flashlab.exercises"):
+    if name == "flashlab" or name.startswith("flashlab."):
         return name.rstrip(".")
     return None
 
@@ -202,8 +231,9 @@ def _guarded(fn: Callable[..., Any], seen: list[str]) -> Callable[..., Any]:
             path = frame.f_code.co_filename
             # the package's lazy face (flashlab._lazy) only looks a name up: the call it leads to is
             # the one to name
-            if (path.startswith(str(_PACKAGE)) and not path.startswith(str(_EXERCISES))
-                    and path != str(_PACKAGE / "_lazy.py")):
+            # only the student's function runs under the hook (the checker calls it): any frame in
+            # flashlab's source, the exercises' solutions included, is flashlab's answer
+            if path.startswith(str(_PACKAGE)) and path != str(_PACKAGE / "_lazy.py"):
                 where = Path(path).relative_to(_PACKAGE.parent).with_suffix("")
                 seen.append(f"{'.'.join(where.parts)}.{frame.f_code.co_name}")
                 sys.setprofile(None)
@@ -225,6 +255,62 @@ def _uses_flashlab(exercise: str, names: list[str]) -> Feedback:
                     f"your function uses flashlab's own code ({', '.join(names)}): graded answers "
                     "compute the result themselves, with numpy; flashlab is the answer key, not "
                     "a library to call here.", "calls_flashlab")
+
+
+def _compare(exercise: str, fn: Callable[..., Any], reference: Callable[..., Any],
+             inputs: Callable[[np.random.Generator], tuple], precision: tuple[float, float], seed: int,
+             trials: int, whose: str, verdict: str) -> Feedback | None:
+    """Compare ``fn`` with ``reference`` on ``trials`` inputs drawn by ``inputs`` from
+    ``numpy.random.default_rng(seed)`` at ``precision``; the first failure's feedback, or None.
+    ``whose`` names the inputs in messages ("the instructor's input"), ``verdict`` starts the
+    message of a wrong value."""
+    seen: list[str] = []
+    rng = np.random.default_rng(seed)
+    for trial in range(trials):
+        args = inputs(rng)
+        want = reference(*args)
+        where = f"{whose} #{trial + 1} ({_describe(args)})"
+        try:
+            with np.errstate(all="ignore"):              # an overflow shows in the comparison
+                got = _guarded(fn, seen)(*args)
+        except _CallsFlashlab:
+            return _uses_flashlab(exercise, seen[:1])
+        except Exception as exc:                         # the student's code: report, don't crash
+            return Feedback(exercise, False, f"on {where} your function raised {type(exc).__name__}: {exc}",
+                            "raised_hidden")
+        if not _same(got, want, *precision):
+            if precision != _EXACT and _same(got, want, *FLOAT16_PRECISION):
+                return Feedback(exercise, False, f"on {where} your answer is close but only to about float16 "
+                                f"precision: the book accepts a relative error of {precision[0]:g} (what "
+                                "float32 reaches). A precision problem, not a wrong formula: keep the sums, "
+                                "the exponentials and any running state in float32 or float64.", "low_precision")
+            return Feedback(exercise, False, f"{verdict} {where}: check it beyond the examples "
+                            "(other shapes, lengths and values).", "hidden_inputs")
+    return None
+
+
+def grade_variant(name: str, fn: Callable[..., Any], *, seed: int = PUBLIC_SEED, trials: int = 5) -> Feedback:
+    """Grade ``fn``, the student's function for the graded variant ``name`` (the function a
+    variant asks for, e.g. ``"merge_partials"``; the variants are listed in the instructor guide).
+
+    Compares ``fn`` with the variant's reference on ``trials`` inputs drawn from
+    ``numpy.random.default_rng(seed)``, at the variant's precision (float answers to float32
+    precision, counts exactly), with ``fn`` forbidden to use flashlab's own code. The public
+    check uses the default seed, nbgrader's hidden tests the instructor's.
+    """
+    variants = {v.name: v for v in VARIANTS.values()}
+    if name not in variants:
+        raise ValueError(f"name={name!r}: one of {', '.join(sorted(variants))}")
+    if not callable(fn):
+        raise TypeError(f"fn must be the function to grade; got {type(fn).__name__}")
+    if names := flashlab_calls(fn):
+        return _uses_flashlab(name, names)
+    v = variants[name]
+    whose = "the example input" if seed == PUBLIC_SEED else "the instructor's input"
+    failed = _compare(name, fn, v.reference, v.inputs, v.precision, seed, trials, whose, "wrong on")
+    if failed is not None:                   # (a failing Feedback is falsy: no `failed or ...`)
+        return failed
+    return Feedback(name, True, f"right on {trials} inputs ({whose.removeprefix('the ')}s).")
 
 
 def grade(exercise: str, fn: Callable[..., Any], *, reference: Callable[..., Any] | None = None,
@@ -249,21 +335,10 @@ def grade(exercise: str, fn: Callable[..., Any], *, reference: Callable[..., Any
     feedback = CHECKERS[exercise](_guarded(fn, seen))
     if seen:
         return _uses_flashlab(exercise, seen[:1])
-    if not feedback.passed or reference is None:
+    if not feedback.passed or reference is None or seed is None:
         return feedback
-    rng = np.random.default_rng(seed)
-    for trial in range(trials):
-        args = INPUTS[exercise](rng)
-        want = reference(*args)
-        try:
-            got = _guarded(fn, seen)(*args)
-        except _CallsFlashlab:
-            return _uses_flashlab(exercise, seen[:1])
-        except Exception as exc:                         # the student's code: report, don't crash
-            return Feedback(exercise, False, f"on the instructor's input #{trial + 1} ({_describe(args)}) "
-                            f"your function raised {type(exc).__name__}: {exc}", "raised_hidden")
-        if not _same(got, want):
-            return Feedback(exercise, False, f"passes the book's checks but not the instructor's input "
-                            f"#{trial + 1} ({_describe(args)}): check it beyond the book's examples "
-                            "(other shapes, lengths and values).", "hidden_inputs")
+    failed = _compare(exercise, fn, reference, INPUTS[exercise], PRECISION[exercise], seed, trials,
+                      "the instructor's input", "passes the book's checks but not")
+    if failed is not None:
+        return failed
     return Feedback(exercise, True, f"{feedback.message} Also right on {trials} inputs chosen by the instructor.")

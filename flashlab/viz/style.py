@@ -152,15 +152,34 @@ def blit_png(fig, background, changing: list) -> bytes:
     return buf.getvalue()
 
 
+#: a MyST role, ``{cite}`key``` or ``{doc}`label <target>```: the book's HTML renders it, but
+#: JupyterLab, Colab and a handout print a code cell's Markdown output as CommonMark, raw
+_ROLE = re.compile(r"\{(?P<role>[a-z]+)\}`(?P<text>[^`]*)`")
+
+
+def _plain_role(m: re.Match) -> str:
+    role, text = m.group("role"), m.group("text").replace("\n", " ")
+    if role == "cite":                                   # the bibliography keys, as the handouts print them
+        return "[" + ", ".join(k.strip() for k in text.split(",")) + "]"
+    if (labelled := re.fullmatch(r"(.*?)\s*<([^>]+)>", text)):
+        return labelled.group(1)                         # {doc}`the pipeline chapter <pipeline>`
+    if role == "doc":
+        return f"*{text.rsplit('/', 1)[-1]}*"            # the chapter's page name
+    return f"`{text}`" if role in ("func", "data", "class", "mod", "meth", "attr") else text
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A Markdown (MyST) table: ``header`` names the columns, each row is a list of cells
-    (already formatted as strings, or anything ``str()`` turns into one). Chapters show it
-    with ``IPython.display.Markdown``."""
+    """A Markdown table: ``header`` names the columns, each row is a list of cells (already
+    formatted as strings, or anything ``str()`` turns into one). Chapters show it with
+    ``IPython.display.Markdown``. A MyST role in a cell (``{cite}`key```, ``{doc}`chapter```)
+    is written as plain text (``[key]``, *chapter*): the same table reads right in the book,
+    in JupyterLab, in Colab and in a handout, none of which but the book renders MyST in an
+    output."""
     if any(len(r) != len(header) for r in rows):
         raise ValueError(f"every row must have {len(header)} cells like the header; "
                          f"got lengths {sorted({len(r) for r in rows})}")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_ROLE.sub(_plain_role, str(c)) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
