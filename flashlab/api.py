@@ -21,6 +21,7 @@ from flashlab.kernels import decode as _kdecode
 from flashlab.kernels import forward as _kforward
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 from flashlab.masks import kv_block_range
+from flashlab.numba_cache import thread_safe
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
 from flashlab.validation import (
     Door,
@@ -75,8 +76,10 @@ class Kernels(NamedTuple):
 
 
 #: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
-PARALLEL = Kernels(_kforward.flash_forward_kernel, _kdecode.flash_decode_kernel,
-                   _kdecode.merge_splits, _kbackward.flash_backward_kernel, _kbackward.sum_partials)
+#: (each :func:`~flashlab.numba_cache.thread_safe`: one at a time under the ``workqueue`` layer)
+PARALLEL = Kernels(*(thread_safe(k) for k in (
+    _kforward.flash_forward_kernel, _kdecode.flash_decode_kernel, _kdecode.merge_splits,
+    _kbackward.flash_backward_kernel, _kbackward.sum_partials)))
 #: the same functions built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`)
 SERIAL = Kernels(_kforward.flash_forward_serial, _kdecode.flash_decode_serial,
                  _kdecode.merge_splits_serial, _kbackward.flash_backward_serial,
