@@ -77,7 +77,7 @@ class Kernels(NamedTuple):
 
 
 #: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
-#: (each :func:`~flashlab.numba_cache.thread_safe`: one at a time under the ``workqueue`` layer)
+#: (each :class:`~flashlab.numba_cache.thread_safe`: one at a time under the ``workqueue`` layer)
 PARALLEL = Kernels(*(thread_safe(k) for k in (
     _kforward.flash_forward_kernel, _kdecode.flash_decode_kernel, _kdecode.merge_splits,
     _kbackward.flash_backward_kernel, _kbackward.sum_partials)))

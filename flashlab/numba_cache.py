@@ -22,7 +22,7 @@ threading layer (``NUMBA_THREADING_LAYER``: ``omp``, ``tbb`` or ``workqueue``; s
 thread pool, a ``multiprocessing`` child created with ``fork`` can hang or abort. Use
 ``multiprocessing.set_start_method("spawn")`` (or a ``spawn`` context) when worker processes
 call flashlab. Python threads may call flashlab at the same time under every layer
-(:func:`thread_safe`): the ``workqueue`` layer (Numba's fallback when neither OpenMP nor TBB
+(:class:`thread_safe`): the ``workqueue`` layer (Numba's fallback when neither OpenMP nor TBB
 can be loaded) is not thread-safe, two kernel launches from two threads abort the process,
 so there flashlab runs its parallel kernels one at a time.
 

@@ -73,7 +73,7 @@ def check_memory(what: str, tasks: int, slots: int = 0) -> None:
             "larger tiles, fewer slots) or raise the budget")
 
 __all__ = ["Task", "TaskGraph", "Span", "SlotSpan", "SimResult", "simulate", "two_stage_graph",
-           "TIME_UNITS"]
+           "TIME_UNITS", "MEMORY_BUDGET", "BYTES_PER_TASK", "BYTES_PER_SLOT", "check_memory"]
 
 #: seconds -> the unit the drawings label their time axes in
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
