@@ -21,8 +21,10 @@ from flashlab.kernels import decode as _kdecode
 from flashlab.kernels import forward as _kforward
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
 from flashlab.masks import kv_block_range
+from flashlab.numba_cache import thread_safe
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
 from flashlab.validation import (
+    KERNEL,
     Door,
     Problem,
     backward_operands,
@@ -38,7 +40,7 @@ __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "com
            "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for", "Kernels",
            "PARALLEL", "SERIAL",
            "forward_for_backward", "backward_from_forward",
-           "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK"]
+           "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK", "LSE_TOLERANCE"]
 
 # placeholders passed for absent optional operands: the kernels have one signature per dtype
 _NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
@@ -75,8 +77,10 @@ class Kernels(NamedTuple):
 
 
 #: the ``parallel=True`` kernels (Numba's thread pool, one work item per thread at a time)
-PARALLEL = Kernels(_kforward.flash_forward_kernel, _kdecode.flash_decode_kernel,
-                   _kdecode.merge_splits, _kbackward.flash_backward_kernel, _kbackward.sum_partials)
+#: (each :class:`~flashlab.numba_cache.thread_safe`: one at a time under the ``workqueue`` layer)
+PARALLEL = Kernels(*(thread_safe(k) for k in (
+    _kforward.flash_forward_kernel, _kdecode.flash_decode_kernel, _kdecode.merge_splits,
+    _kbackward.flash_backward_kernel, _kbackward.sum_partials)))
 #: the same functions built without ``parallel`` (:func:`~flashlab.numba_cache.serial_twin`)
 SERIAL = Kernels(_kforward.flash_forward_serial, _kdecode.flash_decode_serial,
                  _kdecode.merge_splits_serial, _kbackward.flash_backward_serial,
@@ -117,6 +121,29 @@ def _raise_on_overflow(p: Problem, overflow: np.ndarray, ct) -> None:
             f"max |q|={np.abs(p.q).max():.3g}, max |k|={np.abs(p.k).max():.3g}); scale the "
             f"inputs down{' or pass float64 inputs' if ct != np.float64 else ''}. (An overflowed "
             f"score is not a masked one: no result is returned rather than a wrong one.)")
+
+
+#: How far a row of the backward's recomputed P = exp(S - LSE) may sum from 1, relative to
+#: max(1, |LSE|), before the LSE is refused as another forward's
+#: (:func:`flashlab.kernels.backward.first_foreign_row`), by the coarser of the compute dtype and
+#: the LSE's: rounding leaves ~1e-6 in float32 (1e-15 in float64) on the bench's shapes; an LSE
+#: off by delta gives a sum of e^-delta.
+LSE_TOLERANCE = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-10}
+
+
+def _raise_on_foreign_lse(p: Problem, lse_row: np.ndarray, lse_sum: np.ndarray, tol: float,
+                          door: Door | None) -> None:
+    """``ValueError`` naming the door's LSE and the first row whose P does not sum to 1."""
+    B, H = p.shape[:2]
+    n_qb = lse_row.shape[0] // (B * H)
+    t = int(np.flatnonzero(lse_row >= 0)[0])
+    b, h, i = t // (H * n_qb), (t // n_qb) % H, int(lse_row[t])
+    name = (KERNEL if door is None else door).name("lse")
+    raise ValueError(
+        f"{name} is not the forward's for these inputs: at row (b={b}, h={h}, i={i}) the "
+        f"recomputed P = exp(S - lse) sums to {lse_sum[t]:.6g}, not 1 (tolerance {tol:g} x "
+        f"max(1, |lse|); a row with no allowed key must have lse = -inf). Pass the {name} that "
+        "the forward returned with this o, for the same q, k, v and options.")
 
 
 def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
@@ -373,6 +400,7 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
     do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o, own_lse=own_lse)
+    lse_dtype = lse.dtype           # a float32 lse of a float64 forward: float32's tolerance
     q, k, v, do, o, lse = _as_compute(ct, p.q, p.k, p.v, do, o, lse)
     has_rope = p.q_rope is not None
     if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
@@ -413,13 +441,18 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     dq_rope = np.zeros((B, H, Sq, Dr), dtype=ct) if has_rope else _NO_OUTPUT4[ct]
     tiles = np.empty(B * H * n_qb, dtype=np.int64)     # every entry written by the kernel
     overflow = np.empty(B * H * n_qb, dtype=np.int64)
+    lse_row = np.empty(B * H * n_qb, dtype=np.int64)
+    lse_sum = np.empty(B * H * n_qb, dtype=np.float64)
+    lse_tol = LSE_TOLERANCE[np.dtype(ct) if lse_dtype == np.float64 else np.dtype(np.float32)]
     kernels = kernels_for(p)
     kernels.backward(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
                      *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
                      p.drop_threshold, np.uint64(p.seed), p.offset, _check_every_tile(p, ct),
                      n_split, dq, dk_part, dv_part, dq_rope, dkr_part, dbias_part, want_dbias,
-                     tiles, overflow, DV_SLICE_ROWS)
+                     tiles, overflow, lse_tol, lse_row, lse_sum, DV_SLICE_ROWS)
     _raise_on_overflow(p, overflow, ct)
+    if lse_row.max() >= 0:
+        _raise_on_foreign_lse(p, lse_row, lse_sum, lse_tol, door)
     # add the partials of the heads sharing a kv (rope) head and of the chunks, in a fixed order
     for grad, part, needs_sum in ((dk, dk_part, dk_sum), (dv, dv_part, dv_sum),
                                   (dk_rope, dkr_part, dkr_sum)):
@@ -477,7 +510,10 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
     ValueError
         as :func:`flash_attention` for ``q``, ``k``, ``v`` and the options; ``do`` or ``o``
         not of shape (B, H, Sq, Dv), or not finite; ``lse`` not of shape (B, H, Sq), or
-        holding NaN or ``+inf``; ``return_dbias`` without ``bias``. Every message names the
+        holding NaN or ``+inf``; ``return_dbias`` without ``bias``; ``lse`` not the
+        forward's: a row of the recomputed P = exp(S - lse) that does not sum to 1 within
+        :data:`LSE_TOLERANCE` (0 for a row with no allowed key, whose lse is -inf), checked
+        as P is recomputed (the message names the first such row). Every message names the
         argument and the expected shape or value.
 
     Notes

@@ -39,7 +39,10 @@ def as_real(name: str, x, *, lo: float | None = None, hi: float | None = None,
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be {what}; got {x!r} ({type(x).__name__})")
     x = float(x)
-    if not math.isfinite(x):
+    # a comparison, not math.isfinite: under torch.compile(dynamic=True) x may be a SymFloat,
+    # on which a comparison is a guard Dynamo traces and math.isfinite is an untraceable call
+    # (NaN fails both comparisons, as it fails isfinite)
+    if not -math.inf < x < math.inf:
         raise ValueError(f"{name} must be finite; got {x}")
     if hi is None and lo is not None and (x <= lo if lo_open else x < lo):
         raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}; got {x}")

@@ -318,19 +318,26 @@ _PLANS_MAX = 64
 _PLACEHOLDER = np.zeros((1, 1, 1, 1), dtype=np.float32)
 
 
+#: the scalar types a cache key holds: each hashes and compares by value, so two keys are equal
+#: only when the values are (a ``numbers.Real`` subclass may hash by identity and change its
+#: value between calls: its call is checked every time, never found in a cache)
+_PLAIN_SCALARS = frozenset({bool, int, float, type(None), np.bool_, np.float16, np.float32,
+                            np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                            np.uint16, np.uint32, np.uint64})
+
+
 def _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic
                  ) -> tuple | None:
-    """flash_attn's scalar options with their types, as a dict key (None if not hashable).
+    """flash_attn's scalar options with their types, as a dict key keyed by value (None when an
+    option is not one of :data:`_PLAIN_SCALARS`, or window_size not a tuple or list of them).
     Every value enters with its type, so that ``causal=1`` never finds ``causal=True``'s entry
     (and a NaN never finds any: NaN != NaN)."""
-    try:
-        key = (type(dropout_p), dropout_p, type(softmax_scale), softmax_scale, type(causal),
-               causal, type(window_size), tuple((type(w), w) for w in window_size),
-               type(softcap), softcap, type(deterministic), deterministic)
-        hash(key)
-    except TypeError:
+    if type(window_size) not in (tuple, list):
         return None
-    return key
+    scalars = (dropout_p, softmax_scale, causal, softcap, deterministic, *window_size)
+    if not all(type(x) in _PLAIN_SCALARS for x in scalars):
+        return None
+    return (type(window_size),) + tuple((type(x), x) for x in scalars)
 
 
 def _plan_key(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -21,7 +21,10 @@ threading layer (``NUMBA_THREADING_LAYER``: ``omp``, ``tbb`` or ``workqueue``; s
 ``workqueue`` and OpenMP layers are not fork-safe: after a flashlab call has started the
 thread pool, a ``multiprocessing`` child created with ``fork`` can hang or abort. Use
 ``multiprocessing.set_start_method("spawn")`` (or a ``spawn`` context) when worker processes
-call flashlab.
+call flashlab. Python threads may call flashlab at the same time under every layer
+(:class:`thread_safe`): the ``workqueue`` layer (Numba's fallback when neither OpenMP nor TBB
+can be loaded) is not thread-safe, two kernel launches from two threads abort the process,
+so there flashlab runs its parallel kernels one at a time.
 
 **Serial twins** (:func:`serial_twin`). A ``@njit(parallel=True)`` kernel starts Numba's
 thread pool on every call, even with ``numba.set_num_threads(1)``: the ``prange`` loop is
@@ -47,6 +50,7 @@ from __future__ import annotations
 import getpass
 import os
 import tempfile
+import threading
 import types
 import warnings
 from pathlib import Path
@@ -55,7 +59,7 @@ from typing import Any
 from numba import njit
 from numba.core import config
 
-__all__ = ["CACHE", "CACHE_DIR", "choose_cache", "serial_twin", "numba_setup"]
+__all__ = ["CACHE", "CACHE_DIR", "choose_cache", "serial_twin", "numba_setup", "thread_safe"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -170,3 +174,47 @@ def numba_setup() -> None:
     from numba.core.registry import cpu_target
 
     cpu_target.target_context.refresh()
+
+
+#: the threading layers on which two Python threads may launch parallel kernels at once
+#: (Numba's documentation: ``tbb`` and ``omp`` are thread-safe, ``workqueue`` is not)
+THREAD_SAFE_LAYERS = frozenset({"tbb", "omp"})
+#: held around every parallel kernel call until the layer is known to be thread-safe
+_LAUNCH = threading.Lock()
+#: whether parallel calls must hold :data:`_LAUNCH`: None until the first parallel call has
+#: loaded the threading layer (``numba.threading_layer()`` is unknown before), then a bool
+_SERIALISE: bool | None = None
+
+
+class thread_safe:
+    """A ``parallel=True`` dispatcher that Python threads may call at the same time, under any
+    threading layer: the same call, the same attributes (``overloads``, ``py_func``, ...).
+
+    Until a first parallel call has loaded Numba's threading layer, calls hold a lock (the
+    first call may load ``workqueue``); from then on, only under a layer that is not
+    thread-safe (``workqueue``: concurrent launches abort the process) do they hold it, so
+    the kernels run one at a time there. Under ``omp`` and ``tbb`` the lock is never taken
+    again (a read of a module global per call).
+    """
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+
+    def __call__(self, *args):
+        global _SERIALISE
+        if _SERIALISE is False:
+            return self.kernel(*args)
+        with _LAUNCH:
+            result = self.kernel(*args)
+            if _SERIALISE is None:
+                import numba
+
+                # known once a parallel kernel has run: the layer Numba loaded
+                _SERIALISE = numba.threading_layer() not in THREAD_SAFE_LAYERS
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)
+
+    def __repr__(self) -> str:
+        return f"thread_safe({self.kernel!r})"

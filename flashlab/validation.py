@@ -26,6 +26,7 @@ from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
 from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
 from flashlab.masks import band_from, clamp_band
+from flashlab.numba_cache import thread_safe
 from flashlab.tiling import FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
@@ -160,6 +161,8 @@ def _finite(door: Door | None = None, **arrays: np.ndarray) -> dict[str, float]:
 #: serial 15 us, parallel 12 us; 2^19: 61 and 20 us; 2^22: 490 and 247 us; with the other
 #: core busy the parallel median was 10-24 ms at every size (the pool waits for its thread)
 SMALL_SCAN = 1 << 18
+#: the parallel scan, callable from several Python threads at once under any threading layer
+_PARALLEL_SCAN = thread_safe(finite_and_max_sq_norm)
 
 
 def _scan(x: np.ndarray) -> tuple[bool, float]:
@@ -177,7 +180,7 @@ def _scan(x: np.ndarray) -> tuple[bool, float]:
         x = x.astype(np.float32)
         kind = "f"
     if kind in "fd" and x.size:
-        scan = finite_and_max_sq_norm if x.size > SMALL_SCAN else finite_and_max_sq_norm_serial
+        scan = _PARALLEL_SCAN if x.size > SMALL_SCAN else finite_and_max_sq_norm_serial
         ok, sq = scan(np.ascontiguousarray(x).reshape(-1, x.shape[-1]))
         return bool(ok), float(sq)
     with np.errstate(over="ignore"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import re
 
 import pytest
 
@@ -458,3 +459,48 @@ def test_four_l1_buffers_queue_prefetches_ahead_of_p():
     assert start_of(runs[4], "P0") > start_of(runs[2], "P0")
     assert len(copies_before(runs[4], "P0")) > len(copies_before(runs[2], "P0"))
     assert runs[4].makespan > runs[2].makespan
+
+
+# ------------------------------------------------------------------ the memory budget
+@pytest.mark.parametrize("make, size", [
+    # 10**6 tiles of the Ascend loop: ~17 GB of tasks (measured: 158 s to a MemoryError before)
+    (lambda: build_fa_graph(hw.ASCEND_910B_AI_CORE, "ping_pong", 128_000, 128_000, 128, 128,
+                            128, 128), r"16\.8 GB \(16750000 tasks"),
+    (lambda: build_fa_graph(hw.ASCEND_910B_AI_CORE, "iterate_all", 10**9, 10**9, 64, 64, 1, 1),
+     r"GB \(\d+ tasks"),
+    (lambda: simulate(TaskGraph(pools={"big": 10**9})), r"40 GB \(0 tasks, 1000000000 buffer slots"),
+    (lambda: two_stage_graph(1.0, 1.0, 10**9, 2), r"2e\+03 GB \(2000000000 tasks"),
+], ids=["graph", "tiles-of-one", "pool", "two-stage"])
+def test_problems_over_the_memory_budget_are_refused_up_front(make, size):
+    """A graph or pool the model could not hold in its budget (2 GB) is refused with the size
+    it would need, before anything of that size is allocated (traced peak < 20 MB)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=size + r".*memory budget of 2 GB"):
+            make()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6, f"{peak / 1e6:.0f} MB allocated before refusing"
+
+
+def test_memory_budget_estimate_and_setting(monkeypatch):
+    """The estimate is the graph's task count (within 5 %) x BYTES_PER_TASK; a smaller budget
+    refuses a graph that the default budget builds."""
+    import importlib
+
+    # the module (flashlab.pipeline's own ``simulate`` attribute is the function)
+    sim = importlib.import_module("flashlab.pipeline.simulate")
+
+    args = (hw.ASCEND_910B_AI_CORE, "n_buffers", 128 * 80, 128 * 60, 128, 128, 128, 128)
+    g = build_fa_graph(*args, n_buffers=3)
+    simulate(g)
+    monkeypatch.setattr(sim, "MEMORY_BUDGET", 10**6)
+    with pytest.raises(ValueError, match=r"80 x 60 tiles.*GB \((\d+) tasks") as info:
+        build_fa_graph(*args, n_buffers=3)
+    estimated = int(re.search(r"\((\d+) tasks", str(info.value)).group(1))
+    assert abs(estimated - len(g.tasks)) <= 0.05 * len(g.tasks)
+    with pytest.raises(ValueError, match="simulating this graph"):
+        simulate(g)

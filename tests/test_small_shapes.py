@@ -16,6 +16,8 @@ Speed is not asserted here (it is the benchmark's: ``python -m flashlab.bench.ov
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import pytest
 from conftest import make_qkv
@@ -309,6 +311,52 @@ def test_scalar_options_remembers_only_accepted_options(monkeypatch):
         compat.scalar_options(np.random.rand() * 0.5, None, True, (-1, 0), 0.0, False,
                               remember=True)
     assert 1 <= len(compat._SCALARS) <= compat._PLANS_MAX
+
+
+class _Knob(numbers.Real):
+    """A ``numbers.Real`` whose value changes between calls and that hashes by identity (as
+    any object without ``__hash__``/``__eq__`` of its own): a cache keyed by the object would
+    hand back the first call's value."""
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def __float__(self):
+        return float(self.value)
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    # the rest of numbers.Real's abstract methods, none of which the doors call
+    def _no(self, *_):
+        raise AssertionError("not used by flashlab")
+
+    (__abs__, __add__, __ceil__, __floor__, __floordiv__, __le__, __lt__, __mod__, __mul__,
+     __neg__, __pos__, __pow__, __radd__, __rfloordiv__, __rmod__, __rmul__, __rpow__,
+     __rtruediv__, __round__, __truediv__, __trunc__) = (_no,) * 21
+
+
+def test_cached_scalar_options_are_keyed_by_value_not_identity(monkeypatch):
+    """A ``numbers.Real`` softmax_scale changed between two calls gives the second call the new
+    value: through :func:`flashlab.compat.scalar_options` (``remember=True``, the torch door's
+    cache) and through compat's cache of checked calls (same shapes, same object)."""
+    monkeypatch.setattr(compat, "_SCALARS", {})
+    monkeypatch.setattr(compat, "_PLANS", {})
+    knob = _Knob(0.5)
+    args = (0.0, knob, True, (-1, 0), 0.0, False)
+    assert compat.scalar_options(*args, remember=True)[1] == 0.5
+    knob.value = 0.25
+    assert compat.scalar_options(*args, remember=True)[1] == 0.25
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 6, 2, 4), dtype=np.float32) for _ in range(3))
+    knob.value = 0.5
+    compat.flash_attn_func(q, k, v, softmax_scale=knob, causal=True)
+    knob.value = 0.25
+    got = compat.flash_attn_func(q, k, v, softmax_scale=knob, causal=True)
+    want = compat.flash_attn_func(q, k, v, softmax_scale=0.25, causal=True)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_problem_shape_and_threshold_follow_every_copy():

@@ -134,3 +134,44 @@ def test_torch_func_and_double_backward_are_refused_clearly():
     gq, = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(NotImplementedError, match="no double backward"):
         gq.sum().backward()
+
+
+# ------------------------------------------------------------------------------ dynamic shapes
+#: five sequence lengths, none equal to the head dim (Dynamo's duck sizing would tie them)
+_LENGTHS = (5, 9, 13, 17, 21)
+
+
+def _attend(q, k, v):
+    """The door as training code calls it: a softmax_scale computed from a (symbolic) shape."""
+    return flash_attn_func(q, k, v, causal=True, softmax_scale=q.shape[-1] ** -0.5)
+
+
+def _step(fn, S: int, mark: bool = False):
+    """``(out, dq, dk, dv)`` of one forward + backward at sequence length ``S`` (fixed data)."""
+    g = torch.Generator().manual_seed(S)
+    q, k, v = (torch.randn(2, S, 3, 4, generator=g, requires_grad=True) for _ in range(3))
+    if mark:
+        for t in (q, k, v):
+            torch._dynamo.mark_dynamic(t, 1)
+    out = fn(q, k, v)
+    out.backward(torch.randn(out.shape, generator=g))
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("mark", [False, True], ids=["dynamic", "mark_dynamic"])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_dynamic_shapes_compile_in_at_most_two_graphs(backend, mark):
+    """fullgraph=True with dynamic=True (or mark_dynamic on the sequence axis): the scalar
+    checks trace (a SymFloat softmax_scale is compared, never passed to math.isfinite), five
+    sequence lengths take at most 2 graphs, and forward and backward give eager's bits."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(_attend, backend=counter, fullgraph=True,
+                             dynamic=None if mark else True)
+    for S in _LENGTHS:
+        got, want = _step(compiled, S, mark), _step(_attend, S)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+            assert torch.equal(a, b), f"{backend} S={S}: {name} differs from eager"
+    assert 1 <= counter.frame_count <= 2, f"{counter.frame_count} graphs for {len(_LENGTHS)} lengths"

@@ -17,7 +17,8 @@ __all__ = ["Dims", "DOORS", "to_bnsd", "from_bnsd", "layout_shape", "split_hidde
 
 #: the operator's names for the kernel API's arguments
 _NAMES = (("q", "query"), ("k", "key"), ("v", "value"), ("q_rope", "query_rope"),
-          ("k_rope", "key_rope"), ("do", "dy"), ("o", "attention_in"))
+          ("k_rope", "key_rope"), ("do", "dy"), ("o", "attention_in"),
+          ("lse", "softmax_max/softmax_sum"))
 _SYMBOLS = (("H", "N"), ("Hkv", "N_kv"), ("Sk", "Skv"), ("Dqk", "D"), ("Hr", "N_r"))
 _READ = " (read as [B, N, S, D] from layout {})"
 

@@ -99,7 +99,7 @@ from flashlab.kernels.tile import (
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
 from flashlab.numba_cache import CACHE, serial_twin
 
-__all__ = ["row_dot", "probs_from_lse", "ds_from_dp", "one_allowed_key", "one_key_probs",
+__all__ = ["row_dot", "probs_from_lse", "first_foreign_row", "ds_from_dp", "one_allowed_key", "one_key_probs",
            "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
            "sum_partials", "flash_backward_serial", "sum_partials_serial"]
 
@@ -114,22 +114,48 @@ def row_dot(do_blk, o_blk, dsum):
 
 
 @njit(cache=CACHE)
-def probs_from_lse(s, lse_blk):
+def probs_from_lse(s, lse_blk, psum=None):
     """Overwrite the score tile ``s`` (rows, cols) with P = e^{S - LSE}.
 
     ``lse_blk`` (rows,). A row with LSE = -inf (no allowed key) gets P = 0; masked entries
     (S = -inf) give e^{-inf} = 0. Uses the forward's vectorised :func:`flashlab.kernels.tile.exp_shifted`
-    (LSE >= rowmax(S), so every exponent is <= 0 as it requires).
+    (LSE >= rowmax(S), so every exponent is <= 0 as it requires). With ``psum`` (rows,), adds
+    each row's sum of P into it, and for a row with LSE = -inf its count of allowed (finite)
+    scores, which must be 0 (:func:`first_foreign_row`).
     """
     rows, cols = s.shape
     for r in range(rows):
         m = lse_blk[r]
         if m == -np.inf:
             for c in range(cols):
+                if psum is not None and s[r, c] != -np.inf:
+                    psum[r] += 1.0
                 s[r, c] = 0.0
             continue
-        # P_ij = exp(S_ij - LSE_i)
-        exp_shifted(s[r], m)
+        # P_ij = exp(S_ij - LSE_i)   (exp_shifted returns the row's sum, kept with psum)
+        total = exp_shifted(s[r], m)
+        if psum is not None:
+            psum[r] += total
+
+
+@njit(cache=CACHE)
+def first_foreign_row(psum, lse_blk, tol):
+    r"""The first row whose P did not sum to 1, or -1: ``lse_blk`` is then not its forward's.
+
+    ``psum`` (rows,) the sums :func:`probs_from_lse` kept over every visited tile (all of a
+    row's allowed keys). The forward's LSE gives $\sum_j P_{ij} = 1$ up to rounding:
+    $|\sum_j P_{ij} - 1| \le$ ``tol`` $\max(1, |\mathrm{LSE}_i|)$ (the LSE's own rounding
+    grows with its size); a row with LSE = -inf has no allowed key, so its sum is exactly 0.
+    NaN fails the comparison.
+    """
+    for r in range(psum.shape[0]):
+        m = lse_blk[r]
+        if m == -np.inf:
+            if psum[r] != 0.0:
+                return r
+        elif not abs(psum[r] - 1.0) <= tol * max(1.0, abs(m)):
+            return r
+    return -1
 
 
 @njit(cache=CACHE)
@@ -243,7 +269,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                           bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
                           scale, left, right, block_q, block_k, drop_threshold, seed, offset,
                           check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
-                          dbias_part, want_dbias, tiles_done, overflow, dv_rows):
+                          dbias_part, want_dbias, tiles_done, overflow, lse_tol, lse_row,
+                          lse_sum, dv_rows):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
@@ -261,7 +288,10 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
-    (B * H * n_qblocks,) int64 as in the forward. ``dv_rows``: the query rows per dV gemm
+    (B * H * n_qblocks,) int64 as in the forward. ``lse_tol``: the tolerance of
+    :func:`first_foreign_row`; lse_row (B * H * n_qblocks,) int64 gets the first query row of
+    each q-block whose P does not sum to 1 (-1 when none: the LSE is its forward's) and
+    lse_sum (B * H * n_qblocks,) float64 that row's sum. ``dv_rows``: the query rows per dV gemm
     (:func:`add_pt_do`; :data:`flashlab.tiling.DV_SLICE_ROWS`).
     """
     B, H, Sq, Dqk = q.shape
@@ -288,6 +318,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
         dp_buf = np.empty(block_q * block_k, dtype=dt)
         pd_buf = np.empty(block_q * block_k if dropout else 1, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
+        psum = np.empty(block_q, dtype=np.float64)
         one_key = np.empty(block_q, dtype=np.bool_)
         for qb in range(c, n_qb, n_split):
             i0 = qb * block_q
@@ -306,6 +337,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                                              bias2d, has_bias)
             dq_acc = np.zeros((rows, Dqk), dtype=dt)
             dqr_acc = np.zeros((rows, Dr), dtype=dt)
+            psum[:rows] = 0.0
             done = 0
             bad = 0
             # the forward's tile loop: same kv-block range, same skips
@@ -339,8 +371,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                         bad = 1
                 if cls != FULL or has_mask:
                     mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
-                # P = exp(S - LSE_i)   (s now holds P)
-                probs_from_lse(s, lse_blk[r0:r1])
+                # P = exp(S - LSE_i)   (s now holds P; psum_i += sum_j P_ij)
+                probs_from_lse(s, lse_blk[r0:r1], psum[r0:r1])
                 # P = 1 exactly on the key of a row with one allowed key
                 one_key_probs(s, one_key[r0:r1])
                 # dP = dO_i V_j^T
@@ -382,6 +414,10 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 store_scaled(dq_rope[b, h, i0:i1], dqr_acc, scale)
             tiles_done[(b * H + h) * n_qb + qb] = done
             overflow[(b * H + h) * n_qb + qb] = bad
+            # sum_j P_ij = 1 for every row (0 without keys): else lse is not this forward's
+            r = first_foreign_row(psum[:rows], lse_blk, lse_tol)
+            lse_row[(b * H + h) * n_qb + qb] = -1 if r < 0 else i0 + r
+            lse_sum[(b * H + h) * n_qb + qb] = 0.0 if r < 0 else psum[r]
 
 
 @njit(parallel=True, cache=CACHE)

@@ -78,7 +78,7 @@ from flashlab.pipeline.buffers import (
 from flashlab.pipeline.graph_builder import FAGraphBuilder
 from flashlab.pipeline.loads import iterate_all_loads, own_mte2_loads
 from flashlab.pipeline.params import HardwareProfile
-from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate
+from flashlab.pipeline.simulate import SimResult, TaskGraph, check_memory, simulate
 
 __all__ = ["build_fa_graph", "simulate_fa"]
 
@@ -157,6 +157,10 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
     needs = buffer_needs(profile, shape, nb, base_k=base_k, l0_buffers=l0_buffers,
                          l0c_buffers=l0c_buffers, lookahead=lookahead)
     check_fit(profile, needs)
+    _check_graph_memory(profile, strategy, shape, dict(
+        n_buffers=n_buffers, pad_v=pad_v, split_rope=split_rope, lookahead=lookahead,
+        base_k=base_k, l0_buffers=l0_buffers, l0c_buffers=l0c_buffers, kv_source=kv_source,
+        dtype_bytes=dtype_bytes, softmax_ops=softmax_ops, rescale_ops=rescale_ops))
     gm = core.exchange == "gm"
     l0c = (l0c_buffers or l0c_slots(profile, shape)) if gm else 0
     b = FAGraphBuilder(core, shape, strategy, nb, lookahead=lookahead, base_k=base_k,
@@ -174,6 +178,31 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
     pools = b.pools(l0_buffers, l0c)
     info = _info(profile, strategy, nb, shape, lookahead, kv_source, needs, pools, b.steps, len(b.steps))
     return b.prog.graph(pools, info)
+
+
+#: graphs of at most this many tiles are built without an estimate of their size first
+_SMALL_TILES = 4096
+
+
+def _check_graph_memory(profile, strategy: str, shape: FAShape, options: dict) -> None:
+    """Refuse, before building it, a graph whose model would exceed the memory budget
+    (:func:`flashlab.pipeline.simulate.check_memory`). Its task count is estimated as
+    tiles x the tasks per tile of the same loop on at most 4 x 4 full tiles (a tile's tasks
+    depend on its size and the options, not on how many tiles there are). ``options``:
+    :func:`build_fa_graph`'s keyword options."""
+    # ceil(seq / block), not len(shape.q_rows): that list would itself be of the refused size
+    n_q, n_k = -(-shape.seq_q // shape.block_q), -(-shape.seq_kv // shape.block_k)
+    if n_q * n_k <= _SMALL_TILES:
+        return
+    small_q, small_k = min(n_q, 4), min(n_k, 4)
+    small = build_fa_graph(profile, strategy, small_q * shape.block_q, small_k * shape.block_k,
+                           shape.d_qk, shape.d_v, shape.block_q, shape.block_k, **options)
+    # tasks ~ (tasks of the small loop / its tiles) x tiles
+    tasks = -(-len(small.tasks) * n_q * n_k // (small_q * small_k))
+    slots = sum(small.pools.values())
+    check_memory(f"the task graph of {n_q} x {n_k} tiles (seq_q={shape.seq_q}, "
+                 f"seq_kv={shape.seq_kv}, block_q={shape.block_q}, block_k={shape.block_k})",
+                 tasks, slots)
 
 
 def _info(profile, strategy, nb, shape: FAShape, lookahead, kv_source, needs, pools, steps, T) -> dict:

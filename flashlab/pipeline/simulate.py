@@ -48,8 +48,32 @@ from typing import NamedTuple, cast
 
 from flashlab.arguments import as_int
 
+#: The memory the pipeline model may use for one graph and its simulation, in bytes (2 GB). A
+#: problem that would need more is refused up front by :func:`check_memory`, before anything of
+#: its size is allocated (a 10**6-tile graph would otherwise fill the memory for minutes).
+#: Raise it to model a bigger problem on a bigger machine.
+MEMORY_BUDGET = 2 * 10**9
+#: bytes per task of a graph and its simulation: a :class:`Task` with its lists as
+#: ``build_fa_graph`` makes them (measured 0.85-0.98 kB with tracemalloc), rounded up
+BYTES_PER_TASK = 1000
+#: bytes per buffer slot of a pool while simulating (a deque entry and its int; measured 40 B)
+BYTES_PER_SLOT = 40
+
+
+def check_memory(what: str, tasks: int, slots: int = 0) -> None:
+    """Refuse (``ValueError``) a graph of ``tasks`` tasks and ``slots`` buffer slots whose
+    model would need more than :data:`MEMORY_BUDGET` bytes; the message names the size."""
+    # need = tasks * BYTES_PER_TASK + slots * BYTES_PER_SLOT  (Python ints: no overflow)
+    need = tasks * BYTES_PER_TASK + slots * BYTES_PER_SLOT
+    if need > MEMORY_BUDGET:
+        raise ValueError(
+            f"{what} would need about {need / 1e9:.3g} GB ({tasks} tasks, {slots} buffer slots), "
+            f"more than the pipeline model's memory budget of {MEMORY_BUDGET / 1e9:.3g} GB "
+            "(flashlab.pipeline.simulate.MEMORY_BUDGET): model a smaller problem (fewer or "
+            "larger tiles, fewer slots) or raise the budget")
+
 __all__ = ["Task", "TaskGraph", "Span", "SlotSpan", "SimResult", "simulate", "two_stage_graph",
-           "TIME_UNITS"]
+           "TIME_UNITS", "MEMORY_BUDGET", "BYTES_PER_TASK", "BYTES_PER_SLOT", "check_memory"]
 
 #: seconds -> the unit the drawings label their time axes in
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
@@ -255,6 +279,8 @@ def _validate(graph: TaskGraph) -> None:
     for name, size in graph.pools.items():
         # a pool of zero buffers can never hold a tile
         as_int(f"pool {name!r}'s slot count", size, lo=1, what="an int >= 1")
+    # the simulator holds a queue entry per slot: refused before it builds them
+    check_memory("simulating this graph", n, sum(int(k) for k in graph.pools.values()))
     released_by: dict[int, int] = {}
     for i, t in enumerate(tasks):
         if not (t.duration >= 0.0) or t.duration == float("inf"):
@@ -420,6 +446,8 @@ def _deadlock_message(graph, queues, head, remaining, free) -> str:
 def two_stage_graph(a: float, b: float, n: int, buffers: int) -> TaskGraph:
     """The textbook pipeline: ``n`` tiles, each copied in by ``COPY`` (``a`` s) into one of
     ``buffers`` slots and consumed by ``COMPUTE`` (``b`` s), which frees the slot."""
+    check_memory(f"two_stage_graph(n={n}, buffers={buffers})", 2 * as_int("n", n, lo=0),
+                 as_int("buffers", buffers, lo=1))
     g = TaskGraph(pools={"buf": buffers}, engines=("COPY", "COMPUTE"))
     for j in range(n):
         c = g.add(f"copy{j}", "COPY", a, acquire="buf", kind="copy", step=j)
