@@ -37,8 +37,11 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/layouts.py", "to_bnsd"): (1, "an input_layout this reader does not know (internal)"),
     ("cann/layouts.py", "from_bnsd"): (1, "an input_layout this writer does not know (internal)"),
     ("cann/layouts.py", "split_hidden"): (1, "reading BSH/SBH: H = N * D must divide"),
-    ("cann/layouts.py", "canonical"): (5, "input_layout's values, head_num 1..256, the query's heads "
-                                          "= head_num, D 1..768, D_v <= D: the operator's ranges"),
+    ("cann/layouts.py", "layout_name"): (1, "input_layout's values in any case: op-plugin upper-cases "
+                                            "it (toupper, 'BSH/SBH/BNSD/BSND/TND(case-insensitive)'); "
+                                            "the PTA documents list capitals only: the source is followed"),
+    ("cann/layouts.py", "canonical"): (4, "head_num 1..256, the query's heads = head_num, D 1..768, "
+                                          "D_v <= D: the operator's ranges"),
     ("cann/operator.py", "_check_options"): (1, "inner_precise 0..2 (the operator's attribute)"),
     ("cann/operator.py", "_setup"): (3, "softmax_layout and actual_seq_* belong to TND only"),
     ("cann/operator.py", "_rope_operands"): (1, "Dr % 8 == 0 and Dr <= D (the operator's rule)"),

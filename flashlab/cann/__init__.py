@@ -22,7 +22,13 @@ tiling's TND checks (:mod:`~flashlab.cann.plan`), ``pse``/``pse_type``, the soft
 """
 from flashlab.cann.attributes import INT32_MAX, LAYOUTS, SOFTMAX_REPEAT
 from flashlab.cann.layouts import Dims, from_bnsd, layout_shape, to_bnsd
-from flashlab.cann.operator import flash_attention_score, flash_attention_score_grad, lse_from_stats
+from flashlab.cann.operator import (
+    dropout_mask_numels,
+    flash_attention_score,
+    flash_attention_score_grad,
+    lse_from_stats,
+    npu_fusion_attention,
+)
 from flashlab.cann.plan import Call, plan, sparse_mode_mask
 from flashlab.cann.sparse_modes import (
     CANN_COMPRESSED,
@@ -36,6 +42,7 @@ from flashlab.cann.sparse_modes import (
 from flashlab.masks import NO_LIMIT
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats",
+           "npu_fusion_attention", "dropout_mask_numels",
            "sparse_mode_mask", "plan", "Call", "Dims", "to_bnsd", "from_bnsd", "layout_shape",
            "LAYOUTS", "INT32_MAX", "SOFTMAX_REPEAT",
            "CANN_COMPRESSED", "SPARSE_MODES", "SparseMode", "compressed_mask", "prefix_mask",

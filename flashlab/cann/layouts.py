@@ -103,14 +103,25 @@ def split_hidden(name: str, hidden: int, heads: int | None, d: int | None, what:
     return hidden // known
 
 
+def layout_name(layout) -> str:
+    """``input_layout`` in capitals, checked: any case is accepted, as the source does.
+
+    op-plugin upper-cases the string before its check (``for (auto &c : input_layout_str)
+    c = toupper(c);`` then "The input_layout should be BSH/SBH/BNSD/BSND/TND(case-insensitive)",
+    ``npu_fusion_attention`` and its grad); the PTA documents list the names in capitals only.
+    """
+    if not isinstance(layout, str) or layout.upper() not in LAYOUTS:
+        raise ValueError(f"input_layout must be one of {', '.join(LAYOUTS)} (any case); got {layout!r}")
+    return layout.upper()
+
+
 def canonical(query, key, value, head_num, layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, Dims]:
     """Read the operands in ``layout``; return them as (B, N, S, D) arrays (TND: as given).
 
     The operand checks are :func:`flashlab.validation.operands`' (with the layout's
     :data:`DOORS` entry); the operator's ranges are checked here.
     """
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"input_layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    layout = layout_name(layout)
     N1 = int64("head_num", head_num)
     if not 1 <= N1 <= MAX_HEADS:
         raise ValueError(f"head_num must be in 1..{MAX_HEADS} (FlashAttentionScore: "

@@ -139,7 +139,15 @@ from flashlab.cann.attributes import (
     as_compute,
     int64,
 )
-from flashlab.cann.layouts import DOORS, canonical, from_bnsd, layout_shape, split_hidden, to_bnsd
+from flashlab.cann.layouts import (
+    DOORS,
+    canonical,
+    from_bnsd,
+    layout_name,
+    layout_shape,
+    split_hidden,
+    to_bnsd,
+)
 from flashlab.cann.plan import Call, Setup, plan
 from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slice
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
@@ -157,7 +165,8 @@ from flashlab.validation import (
     prepare,
 )
 
-__all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
+__all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats", "npu_fusion_attention",
+           "dropout_mask_numels"]
 
 
 def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) -> float:
@@ -183,6 +192,7 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
            actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
            softmax_layout) -> Setup:
     dropout_p = _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset)
+    input_layout = layout_name(input_layout)
     q, k, v, dims = canonical(query, key, value, head_num, input_layout)
     if not isinstance(softmax_layout, str) or softmax_layout not in SOFTMAX_LAYOUTS:
         raise ValueError(f"softmax_layout must be \"\" (the default: NTD in TND) or \"TND\"; got "
@@ -556,3 +566,54 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
         dpse = p.mult * (alibi_fold(dfull, p.compressed) if p.compressed else dfull)
         out += (dpse.astype(p.dtype),)
     return out
+
+
+def dropout_mask_numels(query, key, head_num, input_layout, actual_seq_qlen=None,
+                        actual_seq_kvlen=None) -> int:
+    """``numels``: the number of dropout-mask elements the operator generates, as op-plugin counts it.
+
+    ``B * N * Sq * Skv`` for BSH, SBH, BSND and BNSD (N = ``head_num``); for TND
+    ``N * sum_i(Sq_i * Skv_i)`` over the sequences of ``actual_seq_qlen``/``actual_seq_kvlen``
+    (op-plugin's ``npu_fusion_attention``: ``numels = N`` times the sum of the products of the
+    lengths). The device's mask holds ``ceil(numels / 128) * 128 / 8 + 32`` bytes.
+    """
+    layout = layout_name(input_layout)
+    n = int(head_num)
+    if layout == "TND":
+        cq = [0] + [int(e) for e in np.asarray(actual_seq_qlen).reshape(-1)]
+        ck = [0] + [int(e) for e in np.asarray(actual_seq_kvlen).reshape(-1)]
+        # numels = N * sum_i (q_i+1 - q_i)(k_i+1 - k_i); trailing repeated ends add 0
+        return n * sum((b - a) * (d - c) for a, b, c, d in zip(cq, cq[1:], ck, ck[1:]))
+    qs, ks = np.shape(query), np.shape(key)
+    # the batch and sequence axes of each layout: BSH/BSND (B, S, ...), SBH (S, B, ...), BNSD (B, N, S, D)
+    b, sq, sk = {"BSH": (qs[0], qs[1], ks[1]), "BSND": (qs[0], qs[1], ks[1]),
+                 "SBH": (qs[1], qs[0], ks[0]), "BNSD": (qs[0], qs[2], ks[2])}[layout]
+    return int(b) * n * int(sq) * int(sk)
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, *, keep_prob=1.0, seed=0,
+                         offset=0, actual_seq_qlen=None, actual_seq_kvlen=None, **options
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, int]:
+    """``torch_npu.npu_fusion_attention``'s seven outputs, from :func:`flash_attention_score`.
+
+    Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``:
+
+    * the first three are :func:`flash_attention_score`'s (same arguments, same values);
+    * ``softmax_out`` is reserved: an empty array of the query's dtype, as the operator
+      allocates it (``at::empty({0})``) and never writes it;
+    * ``seed``, ``offset``: the dropout stream's state. On the device they are the Philox
+      generator's ``philox_engine_inputs`` taken when ``0 < keep_prob < 1``; here the mask is
+      flashlab's counter-based stream, whose state *is* the caller's ``seed`` and ``offset``, so
+      those are returned (pass them to :func:`flash_attention_score_grad` to regenerate the same
+      mask). With ``keep_prob`` 0 or 1 no stream is drawn (op-plugin leaves the two integers
+      unset): 0 and 0 are returned. The bits are not the device's Philox bits.
+    * ``numels``: :func:`dropout_mask_numels`, computed whatever ``keep_prob``, as op-plugin does.
+    """
+    out, smax, ssum = flash_attention_score(query, key, value, head_num, input_layout,
+                                            keep_prob=keep_prob, seed=seed, offset=offset,
+                                            actual_seq_qlen=actual_seq_qlen,
+                                            actual_seq_kvlen=actual_seq_kvlen, **options)
+    drawn = 0.0 < float(keep_prob) < 1.0
+    numels = dropout_mask_numels(query, key, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
+    softmax_out = np.empty(0, dtype=np.asarray(query).dtype)
+    return (out, smax, ssum, softmax_out, int(seed) if drawn else 0, int(offset) if drawn else 0, numels)
