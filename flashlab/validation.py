@@ -637,7 +637,7 @@ def _int_list(name: str, x) -> list[int]:
 
 
 def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, int], *,
-                     leading_zero: bool, example: str, max_seqlens=None
+                     leading_zero: bool, example: str, max_seqlens=None, tokens_beyond: bool = False
                      ) -> list[tuple[int, int, int, int]]:
     """``(q0, q1, k0, k1)`` token ranges of each sequence of a packed batch.
 
@@ -646,7 +646,9 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
     the ``batch`` ends ``[e_1, ..., e_B]`` followed by zeros for unused batches (CANN's TND
     ``actual_seq_qlen``). Each list never decreases from 0 and ends at the token count of its
     tensor (``totals``); a length may be 0. ``max_seqlens`` (flash_attn's ``max_seqlen_q``,
-    ``max_seqlen_k``): ``(name, value)`` pairs each at least the longest sequence.
+    ``max_seqlen_k``): ``(name, value)`` pairs each at least the longest sequence. With
+    ``tokens_beyond`` a list may end before its token count (CANN's TND: the tiling accepts
+    ``T >=`` the last end; the rows past it belong to no sequence).
     """
     ends = []
     for name, cum, total, what in zip(names, (cum_q, cum_k), totals, ("query", "key")):
@@ -661,9 +663,11 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
                 n -= 1
             # kept as empty sequences after the last used one (the caller may drop them)
             bounds = [0] + e[:n] + [e[n - 1]] * (len(e) - n) if e else []
-        if not bounds or bounds[0] != 0 or bounds[-1] != total \
+        last_ok = bool(bounds) and (bounds[-1] <= total if tokens_beyond else bounds[-1] == total)
+        if not bounds or bounds[0] != 0 or not last_ok \
                 or any(b < a for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 to the {what} "
+            upto = "at most" if tokens_beyond else "to"
+            raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 {upto} the {what} "
                              f"token count T={total} (lengths 2, 2, 2 -> {example}); got {e}")
         ends.append(bounds)
     if len(ends[0]) != len(ends[1]):

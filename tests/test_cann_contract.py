@@ -111,3 +111,43 @@ def test_numels_tnd_sums_each_sequence_and_ignores_trailing_ends():
     # lengths q (2, 0, 7), kv (5, 3, 4); the trailing repeated ends are unused batches
     n = cann.dropout_mask_numels(q, k, N, "TND", [2, 2, 9, 9], [5, 8, 12, 12])
     assert n == N * (2 * 5 + 0 * 3 + 7 * 4)
+
+
+def _tnd(t_q, t_k, seed=6):
+    r = np.random.default_rng(seed)
+    return (r.standard_normal((t_q, N, D)).astype(np.float64), r.standard_normal((t_k, N, D)),
+            r.standard_normal((t_k, N, D)))
+
+
+@pytest.mark.parametrize("softmax_layout", ["", "TND"])
+def test_tnd_tokens_past_the_last_sequence(softmax_layout):
+    """T > sum(actual_seq) is accepted as the tiling accepts it (t1Size >= accumS1): the rows past
+    the last sequence are no sequence's: output 0, the invalid-row statistics, zero gradients;
+    the sequences give the bits they give without the extra rows."""
+    lens = dict(actual_seq_qlen=[2, 5], actual_seq_kvlen=[3, 7])
+    q, k, v = _tnd(5 + 3, 7 + 2)
+    kw = dict(scale=0.3, softmax_layout=softmax_layout, **lens)
+    out, smax, ssum = cann.flash_attention_score(q, k, v, N, "TND", **kw)
+    ref, rmax, rsum = cann.flash_attention_score(q[:5], k[:7], v[:7], N, "TND", **kw)
+    np.testing.assert_array_equal(out[:5], ref)
+    assert not out[5:].any()
+    if softmax_layout == "TND":
+        np.testing.assert_array_equal(smax[:5], rmax)
+    else:   # NTD: the sequences' blocks first, then the extra rows' block
+        np.testing.assert_array_equal(smax.reshape(-1)[:rmax.size], rmax.reshape(-1))
+    assert np.all(smax.reshape(-1)[rmax.size:] == cann.attributes.EMPTY_ROW_MAX)
+    dy = np.random.default_rng(7).standard_normal(out.shape)
+    g = cann.flash_attention_score_grad(q, k, v, dy, N, "TND", softmax_max=smax, softmax_sum=ssum,
+                                        attention_in=out, **kw)
+    g_ref = cann.flash_attention_score_grad(q[:5], k[:7], v[:7], dy[:5], N, "TND", softmax_max=rmax,
+                                            softmax_sum=rsum, attention_in=ref, **kw)
+    np.testing.assert_array_equal(g[0][:5], g_ref[0])
+    np.testing.assert_array_equal(g[1][:7], g_ref[1])
+    assert not g[0][5:].any() and not g[1][7:].any() and not g[2][7:].any()
+
+
+def test_tnd_ends_past_the_token_count_are_refused():
+    q, k, v = _tnd(4, 4)
+    with pytest.raises(ValueError, match="actual_seq_qlen must be non-decreasing cumulative ends from 0 "
+                                         "at most the query token count T=4"):
+        cann.flash_attention_score(q, k, v, N, "TND", actual_seq_qlen=[2, 5], actual_seq_kvlen=[2, 4])

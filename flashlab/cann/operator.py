@@ -305,11 +305,19 @@ def stats_dtype(st: Setup) -> type:
     return np.float64 if st.ct == np.float64 else np.float32
 
 
+def _row_blocks(st: Setup) -> list[tuple[int, int]]:
+    """TND query rows ``[q0, q1)`` of each sequence, then those past the last one (T may exceed
+    the last of ``actual_seq_qlen``: no sequence reads them, their output is 0)."""
+    blocks = [(q0, q1) for q0, q1, _, _ in st.seqs or []]
+    end = blocks[-1][1] if blocks else 0
+    return blocks + ([(end, st.dims.Sq)] if end < st.dims.Sq else [])
+
+
 def _stats_out(x: np.ndarray, st: Setup) -> np.ndarray:
     """Row values (B, N, Sq) or TND (T, N) -> [..., 8] in ``softmax_layout`` and :func:`stats_dtype`."""
     if st.varlen and st.softmax_layout == "":
-        # NTD: sequence by sequence, a block [N, Sq_i] of each
-        x = np.concatenate([x[q0:q1].T.reshape(-1) for q0, q1, _, _ in st.seqs]).reshape(x.shape)
+        # NTD: sequence by sequence, a block [N, Sq_i] of each (then the rows past the last sequence)
+        x = np.concatenate([x[q0:q1].T.reshape(-1) for q0, q1 in _row_blocks(st)]).reshape(x.shape)
     return np.ascontiguousarray(np.repeat(x[..., None], SOFTMAX_REPEAT, axis=-1),
                                 dtype=stats_dtype(st))
 
@@ -320,7 +328,7 @@ def _stats_in(x: np.ndarray, st: Setup) -> np.ndarray:
     if not (st.varlen and st.softmax_layout == ""):
         return rows
     flat, out, pos, n = rows.reshape(-1), np.empty(rows.shape), 0, st.dims.N1
-    for q0, q1, _, _ in st.seqs:
+    for q0, q1 in _row_blocks(st):
         out[q0:q1] = flat[pos:pos + n * (q1 - q0)].reshape(n, q1 - q0).T
         pos += n * (q1 - q0)
     return out
@@ -358,7 +366,9 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
         case the device does not detect, its golden fills masked scores with -40000, so an
         all-masked row would average V; that is not reproduced.
     prefix : modes 5/6, one int per batch (TND: per sequence); ignored by other modes
-    actual_seq_qlen, actual_seq_kvlen : TND only, cumulative sequence ends
+    actual_seq_qlen, actual_seq_kvlen : TND only, cumulative sequence ends; the last may be below
+        T, as the tiling accepts (``t1Size >= accumS1``): rows past it belong to no sequence
+        (output 0, the invalid-row statistics below, zero gradients)
     sparse_mode : 0..8
     pse_type : 0 ``scale*QK^T + pse``, 1 ``scale*(QK^T + pse)`` (default), 2/3 ALiBi from the
         slopes ``pse`` ([B,N] or [N] float32, Sq == Skv), ``-slope*|j - i - q_start_idx +
@@ -382,8 +392,8 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
         max), in either dtype.
 
     The operator's fourth output ``softmax_out`` is reserved and never written ("预留参数，暂未
-    使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
-    stream: none of them is returned here.
+    使用，接口不写入该输出"), and its seed/offset/numels outputs describe the dropout stream:
+    :func:`npu_fusion_attention` returns all seven.
 
     **Extensions and deliberate differences.**
 

@@ -18,9 +18,10 @@ def sequences(actual_seq_qlen, actual_seq_kvlen, dims: Dims) -> list[tuple[int, 
     """``(q0, q1, k0, k1)`` token ranges of every sequence of a TND batch (trailing unused
     batches as empty ranges after the last). A sequence may have queries and no key: its rows
     have no allowed key."""
+    # T >= the last end, as the tiling accepts (t1Size >= accumS1): rows past it are no sequence's
     return packed_sequences(("actual_seq_qlen", "actual_seq_kvlen"), actual_seq_qlen,
                             actual_seq_kvlen, (dims.Sq, dims.Sk), leading_zero=False,
-                            example="[2, 4, 6]")
+                            example="[2, 4, 6]", tokens_beyond=True)
 
 
 def take_rows(x: np.ndarray, rows: slice, varlen: bool) -> np.ndarray:
