@@ -15,13 +15,7 @@ from tools import assignments
 
 @pytest.fixture(scope="module")
 def solutions() -> dict:
-    """exercise name -> the book's solution function, taken from the chapter's solution cell."""
-    out = {}
-    for ex in assignments.exercises():
-        scope: dict = {}
-        exec(f"{ex.imports}\n{ex.solution}", scope)  # noqa: S102 (the book's own solution)
-        out[ex.name] = scope[ex.name]
-    return out
+    return assignments.solutions()
 
 
 def test_every_code_it_exercise_is_exported_once():

@@ -103,6 +103,16 @@ def exercises() -> list[Exercise]:
     return found + [capstone(names)]
 
 
+
+def solutions() -> dict:
+    """exercise name -> the book's solution function, taken from the chapter's solution cell."""
+    out = {}
+    for ex in exercises():
+        scope: dict = {}
+        exec(f"{ex.imports}\n{ex.solution}", scope)  # noqa: S102 (the book's own solution)
+        out[ex.name] = scope[ex.name]
+    return out
+
 def capstone(names: set[str] | None = None) -> Exercise:
     """The capstone of ``book/exercises.md``: its statement and signature from the page, its
     solution :func:`~flashlab.exercises._capstone.tile_loop` with no mistake planted."""
