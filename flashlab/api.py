@@ -124,7 +124,7 @@ def _raise_on_overflow(p: Problem, overflow: np.ndarray, ct) -> None:
 
 
 #: How far a row of the backward's recomputed P = exp(S - LSE) may sum from 1, relative to
-#: max(1, |LSE|), before the LSE is refused as another forward's
+#: ``max(1, abs(LSE))``, before the LSE is refused as another forward's
 #: (:func:`flashlab.kernels.backward.first_foreign_row`), by the coarser of the compute dtype and
 #: the LSE's: rounding leaves ~1e-6 in float32 (1e-15 in float64) on the bench's shapes; an LSE
 #: off by delta gives a sum of e^-delta.

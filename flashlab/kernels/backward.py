@@ -143,9 +143,10 @@ def first_foreign_row(psum, lse_blk, tol):
     r"""The first row whose P did not sum to 1, or -1: ``lse_blk`` is then not its forward's.
 
     ``psum`` (rows,) the sums :func:`probs_from_lse` kept over every visited tile (all of a
-    row's allowed keys). The forward's LSE gives $\sum_j P_{ij} = 1$ up to rounding:
-    $|\sum_j P_{ij} - 1| \le$ ``tol`` $\max(1, |\mathrm{LSE}_i|)$ (the LSE's own rounding
-    grows with its size); a row with LSE = -inf has no allowed key, so its sum is exactly 0.
+    row's allowed keys). The forward's LSE gives :math:`\sum_j P_{ij} = 1` up to rounding:
+    :math:`\lvert \sum_j P_{ij} - 1 \rvert \le \mathrm{tol} \cdot \max(1, \lvert \mathrm{LSE}_i \rvert)`
+    (the LSE's own rounding grows with its size); a row with LSE = -inf has no allowed key, so
+    its sum is exactly 0.
     NaN fails the comparison.
     """
     for r in range(psum.shape[0]):

@@ -53,10 +53,10 @@ from flashlab.arguments import as_int
 #: its size is allocated (a 10**6-tile graph would otherwise fill the memory for minutes).
 #: Raise it to model a bigger problem on a bigger machine.
 MEMORY_BUDGET = 2 * 10**9
-#: bytes per task of a graph and its simulation: a :class:`Task` with its lists as
-#: ``build_fa_graph`` makes them (measured 0.85-0.98 kB with tracemalloc), rounded up
+#: The bytes one task takes in a graph and its simulation (a :class:`Task` with its lists as
+#: ``build_fa_graph`` makes them, measured with tracemalloc, rounded up).
 BYTES_PER_TASK = 1000
-#: bytes per buffer slot of a pool while simulating (a deque entry and its int; measured 40 B)
+#: The bytes one buffer slot of a pool takes while simulating (a deque entry and its int).
 BYTES_PER_SLOT = 40
 
 
