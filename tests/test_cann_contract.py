@@ -151,3 +151,21 @@ def test_tnd_ends_past_the_token_count_are_refused():
     with pytest.raises(ValueError, match="actual_seq_qlen must be non-decreasing cumulative ends from 0 "
                                          "at most the query token count T=4"):
         cann.flash_attention_score(q, k, v, N, "TND", actual_seq_qlen=[2, 5], actual_seq_kvlen=[2, 4])
+
+
+@pytest.mark.parametrize("batch, refused", [(32, False), (33, True)])
+def test_prefix_modes_take_at_most_32_batches(batch, refused):
+    """PTA documents: "prefix稀疏计算场景B不大于32" (sparse_mode 5/6 with an atten_mask)."""
+    sq = sk = 4
+    r = np.random.default_rng(8)
+    q, k, v = (r.standard_normal((batch, 1, sq, 8)) for _ in range(3))
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    # prefix mask of prefix 2: rightDownCausal, the first 2 keys visible to every query
+    mask = ((j > i + sk - sq) & (j >= 2))[None, None].repeat(batch, 0)   # [B, 1, Sq, Sk]
+    kw = dict(sparse_mode=5, atten_mask=mask, prefix=[2] * batch, scale=0.3)
+    if refused:
+        with pytest.raises(ValueError, match=r"sparse_mode=5 \(prefix\) supports at most B=32 batches"):
+            cann.flash_attention_score(q, k, v, 1, "BNSD", **kw)
+    else:
+        out, _, _ = cann.flash_attention_score(q, k, v, 1, "BNSD", **kw)
+        assert np.isfinite(out).all()

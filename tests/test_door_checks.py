@@ -57,6 +57,8 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/plan.py", "_check_mode0_range"): (2, "mode 0 pre/next token ranges"),
     ("cann/plan.py", "plan"): (1, "sparse_mode 0..8"),
     ("cann/plan.py", "_check_mode_for_layout"): (2, "modes 5, 7, 8 and the layout"),
+    ("cann/plan.py", "_check_prefix_batch"): (1, "prefix modes 5/6: B <= 32 (PTA documents, "
+                                                "\"prefix稀疏计算场景B不大于32\")"),
     ("cann/plan.py", "_check_band_tokens"): (1, "pre_tokens + next_tokens >= 0"),
     ("cann/plan.py", "_checked_mask"): (2, "mode 5's prefix mask"),
     ("cann/plan.py", "_check_split_modes"): (6, "the device's TND checks of modes 3, 7, 8"),
