@@ -7,7 +7,8 @@
 - :mod:`~flashlab.cann.plan` — the mask arguments turned into kernel calls (:func:`plan`);
 - :mod:`~flashlab.cann.pse` — ``pse``/``pse_type``: bias tensors and ALiBi slopes;
 - :mod:`~flashlab.cann.operator` — :func:`flash_attention_score` and its grad (the full
-  description of the interface is that module's docstring).
+  description of the interface is that module's docstring), and :func:`npu_fusion_attention`,
+  the same forward with torch_npu's seven outputs.
 
 **What this door checks: nothing of its own but the operator's ranges.** It translates the
 operator's layouts (BSH/SBH/BSND/BNSD/TND) and names (``query``, ``keep_prob``,
@@ -22,7 +23,12 @@ tiling's TND checks (:mod:`~flashlab.cann.plan`), ``pse``/``pse_type``, the soft
 """
 from flashlab.cann.attributes import INT32_MAX, LAYOUTS, SOFTMAX_REPEAT
 from flashlab.cann.layouts import Dims, from_bnsd, layout_shape, to_bnsd
-from flashlab.cann.operator import flash_attention_score, flash_attention_score_grad, lse_from_stats
+from flashlab.cann.operator import (
+    flash_attention_score,
+    flash_attention_score_grad,
+    lse_from_stats,
+    npu_fusion_attention,
+)
 from flashlab.cann.plan import Call, plan, sparse_mode_mask
 from flashlab.cann.sparse_modes import (
     CANN_COMPRESSED,
@@ -36,6 +42,7 @@ from flashlab.cann.sparse_modes import (
 from flashlab.masks import NO_LIMIT
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats",
+           "npu_fusion_attention",
            "sparse_mode_mask", "plan", "Call", "Dims", "to_bnsd", "from_bnsd", "layout_shape",
            "LAYOUTS", "INT32_MAX", "SOFTMAX_REPEAT",
            "CANN_COMPRESSED", "SPARSE_MODES", "SparseMode", "compressed_mask", "prefix_mask",

@@ -109,7 +109,8 @@ def canonical(query, key, value, head_num, layout) -> tuple[np.ndarray, np.ndarr
     :data:`DOORS` entry); the operator's ranges are checked here.
     """
     if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"input_layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        raise ValueError(f"input_layout must be one of {', '.join(LAYOUTS)} (in any case); "
+                         f"got {layout!r}")
     N1 = int64("head_num", head_num)
     if not 1 <= N1 <= MAX_HEADS:
         raise ValueError(f"head_num must be in 1..{MAX_HEADS} (FlashAttentionScore: "

@@ -157,7 +157,8 @@ from flashlab.validation import (
     prepare,
 )
 
-__all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats"]
+__all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats",
+           "npu_fusion_attention"]
 
 
 def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) -> float:
@@ -183,6 +184,11 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
            actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
            softmax_layout) -> Setup:
     dropout_p = _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset)
+    # the layout in any case, as torch_npu reads it (op-plugin FlashAttentionKernelNpuOpApi.cpp:
+    # "for (auto &c : input_layout_str) { c = toupper(c); }", then "The input_layout should be
+    # BSH/SBH/BNSD/BSND/TND(case-insensitive)"); a non-string is refused by canonical()
+    if isinstance(input_layout, str):
+        input_layout = input_layout.upper()
     q, k, v, dims = canonical(query, key, value, head_num, input_layout)
     if not isinstance(softmax_layout, str) or softmax_layout not in SOFTMAX_LAYOUTS:
         raise ValueError(f"softmax_layout must be \"\" (the default: NTD in TND) or \"TND\"; got "
@@ -371,9 +377,9 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
         no allowed key: out 0, max -3.4028235e38 (float32 lowest), sum 3.4028235e38 (float32
         max), in either dtype.
 
-    The operator's fourth output ``softmax_out`` is reserved and never written ("预留参数，暂未
-    使用，接口不写入该输出"), and its seed/offset/numels outputs describe the device's Philox
-    stream: none of them is returned here.
+    The operator's other outputs (``softmax_out``, reserved and never written, and the dropout
+    mask's ``seed``, ``offset``, ``numels``) come with :func:`npu_fusion_attention`, which
+    returns all seven.
 
     **Extensions and deliberate differences.**
 
@@ -392,6 +398,19 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
       rules (one rule for every entry point), with the operator's names in the messages
       (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
     """
+    return _forward(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
+                    scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
+                    actual_seq_qlen, actual_seq_kvlen, sparse_mode, pse_type, q_start_idx,
+                    kv_start_idx, seed, offset, softmax_layout, query_rope, key_rope, block_q,
+                    block_k)[:3]
+
+
+def _forward(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
+             keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
+             actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
+             softmax_layout, query_rope, key_rope, block_q, block_k
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Setup]:
+    """The forward of :func:`flash_attention_score`; returns its three outputs and the Setup."""
     st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
                 keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
                 actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
@@ -418,7 +437,85 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     # a row with no allowed key: the invalid-row values float32 lowest / max
     softmax_max = np.where(empty, EMPTY_ROW_MAX, row_max)
     softmax_sum = np.where(empty, EMPTY_ROW_SUM, softmax_sum)
-    return _to_layout(out, st), _stats_out(softmax_max, st), _stats_out(softmax_sum, st)
+    return _to_layout(out, st), _stats_out(softmax_max, st), _stats_out(softmax_sum, st), st
+
+
+def _mask_numels(st: Setup, actual_seq_qlen=None, actual_seq_kvlen=None) -> int:
+    """``numels``, the length of the dropout mask, computed as torch_npu computes it (the source
+    note of :func:`npu_fusion_attention`'s last output).
+
+    B/N/S/D layouts: ``B * N * Sq * Skv`` (op-plugin ``dropout_gen_mask``: "numels =
+    query.size(0) * head_num * query.size(1) * key.size(1); // [B,N,S,S]" for BSH, the same
+    product for the other layouts). TND: ``N * (q_0 k_0 + sum_{i>0} (q_i - q_{i-1})(k_i -
+    k_{i-1}))`` over the *cumulative* lists as given (``npu_flash_attention``: "int64_t accum =
+    ac_seq_qlen[0] * ac_seq_kvlen[0]; for (size_t i = 1; ...) accum += ((ac_seq_qlen[i] -
+    ac_seq_qlen[i - 1]) * (ac_seq_kvlen[i] - ac_seq_kvlen[i - 1]))"), i.e. ``N * sum Sq_i Skv_i``.
+    With trailing zeros for unused batches the source's loop also adds the product of the two
+    negative steps back to 0 (``[2, 5, 9, 0, 0]`` with itself adds ``9 * 9``), which is more
+    than the mask flashlab's counters use; the source's value is returned, as the operator
+    reports it.
+    """
+    d = st.dims
+    if not st.varlen:
+        return d.B * d.N1 * d.Sq * d.Sk
+    cq = [int(x) for x in np.asarray(actual_seq_qlen).reshape(-1)]
+    ck = [int(x) for x in np.asarray(actual_seq_kvlen).reshape(-1)]
+    accum = cq[0] * ck[0]
+    for i in range(1, len(cq)):
+        accum += (cq[i] - cq[i - 1]) * (ck[i] - ck[i - 1])
+    return d.N1 * accum
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, *, pse=None,
+                         padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
+                         pre_tokens=INT32_MAX, next_tokens=INT32_MAX, inner_precise=0,
+                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
+                         sparse_mode=0, pse_type=1, q_start_idx=None, kv_start_idx=None,
+                         seed=0, offset=0, softmax_layout="", query_rope=None, key_rope=None,
+                         block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1]):
+    """:func:`flash_attention_score` with the seven outputs of ``torch_npu.npu_fusion_attention``.
+
+    Same arguments and the same computation; returns ``(attention_out, softmax_max,
+    softmax_sum, softmax_out, seed, offset, numels)``:
+
+    * the first three are :func:`flash_attention_score`'s, bit for bit;
+    * ``softmax_out``: reserved by the operator and never written ("第4个输出为Tensor，预留参数，
+      暂未使用"); torch_npu returns ``at::empty({0}, query.options())``: here an empty array of
+      the query's dtype, shape ``(0,)``;
+    * ``seed``, ``offset`` (ints): the state the dropout mask was drawn from, to be handed to
+      :func:`flash_attention_score_grad` to regenerate it. torch_npu does not take them as
+      arguments: it draws them from the device's default generator
+      (``philox_engine_inputs(10)``: the generator's seed and its current Philox offset) and
+      returns them ("第5个输出为int，DSA生成dropoutmask中，Philox算法的seed", "第6个...offset");
+      here they are the ``seed`` and ``offset`` given (flashlab has no global generator).
+      With ``keep_prob == 1`` torch_npu leaves them unset (its locals are only written on the
+      dropout path); here they are still the arguments.
+    * ``numels`` (int): the length of the dropout mask ("第7个输出为int，DSA生成dropoutmask的长度"),
+      computed as torch_npu computes it, whatever ``keep_prob`` is: ``B * N * Sq * Skv``
+      (``dropout_gen_mask``: "numels = query.size(0) * head_num * query.size(1) *
+      key.size(1); // [B,N,S,S]"), TND ``N * sum_i Sq_i Skv_i`` from the cumulative lists as
+      given (``npu_flash_attention``'s loop over ``ac_seq_qlen``/``ac_seq_kvlen``; with trailing
+      zeros that loop also counts the step back to 0, see the source note in this module).
+
+    **What matches the device and what cannot.** Both generators are counter-based, so the
+    contract is the same: one bit per entry of the ``[B, N, Sq, Skv]`` matrix (TND: the
+    per-sequence ``[N, Sq_i, Skv_i]`` blocks one after the other), ``numels`` of them, in that
+    row-major order; the same ``(seed, offset)`` gives the same mask in the forward and the
+    grad. flashlab gives entry ``c`` (that order) the counter ``offset + c`` hashed with
+    ``seed`` by SplitMix64 (:mod:`flashlab.dropout`); the device's ``DropoutGenMaskV2`` runs
+    Philox from ``(seed, offset)``, where ``offset`` counts Philox counter steps (torch_npu
+    advances it by 10 per call), not mask entries. So ``numels`` and the order match, the
+    bits do not: a mask from the device cannot be reproduced here, nor the reverse, and an
+    ``offset`` taken from the device means something else here.
+    """
+    out, smax, ssum, st = _forward(query, key, value, head_num, input_layout, pse, padding_mask,
+                                   atten_mask, scale, keep_prob, pre_tokens, next_tokens,
+                                   inner_precise, prefix, actual_seq_qlen, actual_seq_kvlen,
+                                   sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
+                                   softmax_layout, query_rope, key_rope, block_q, block_k)
+    softmax_out = np.empty((0,), dtype=st.io_dtype)
+    numels = _mask_numels(st, actual_seq_qlen, actual_seq_kvlen)
+    return out, smax, ssum, softmax_out, st.seed, st.offset, numels
 
 
 def _grad_operand(name: str, x, st: Setup, dim: int) -> np.ndarray:

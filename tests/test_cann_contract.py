@@ -1,0 +1,132 @@
+"""The CANN operator's contract beyond the arithmetic (issue 34, point 5).
+
+- :func:`flashlab.cann.npu_fusion_attention`: torch_npu's seven outputs, the first three
+  bit-equal to :func:`flashlab.cann.flash_attention_score`'s, ``numels`` as op-plugin's
+  ``npu_flash_attention`` computes it, and ``(seed, offset)`` that regenerate the dropout mask
+  in the grad;
+- ``input_layout`` in any case (op-plugin upper-cases it before its check);
+- TND with ``T > sum(actual_seq)`` (the tiling's ``t1Size < accumS1`` refusal only);
+- the prefix ``B <= 32`` and the RoPE ``atten_mask`` rules.
+
+Expected values are computed here with the float64 reference on explicit masks.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flashlab
+from flashlab import cann
+
+TRI = np.triu(np.ones((2048, 2048), dtype=bool), k=1)
+N1, N2, D, DV = 4, 2, 16, 8
+SCALE = 1.0 / np.sqrt(D)
+
+
+def bnsd(b=2, sq=12, sk=16, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, N1, sq, D)).astype(dtype)
+    k = rng.standard_normal((b, N2, sk, D)).astype(dtype)
+    v = rng.standard_normal((b, N2, sk, DV)).astype(dtype)
+    return q, k, v
+
+
+# ------------------------------------------------------------------- the seven outputs
+@pytest.mark.parametrize("keep_prob", [1.0, 0.8])
+def test_seven_outputs_agree_with_the_three(keep_prob):
+    q, k, v = bnsd()
+    kw = dict(scale=SCALE, keep_prob=keep_prob, seed=7, offset=3, atten_mask=TRI, sparse_mode=2)
+    three = cann.flash_attention_score(q, k, v, N1, "BNSD", **kw)
+    seven = cann.npu_fusion_attention(q, k, v, N1, "BNSD", **kw)
+    assert len(seven) == 7
+    for a, b in zip(three, seven[:3]):
+        np.testing.assert_array_equal(a, b)
+    softmax_out, seed, offset, numels = seven[3:]
+    assert softmax_out.shape == (0,) and softmax_out.dtype == q.dtype
+    assert (seed, offset) == (7, 3)
+    # numels: B * N * Sq * Skv, the [B, N, S, S] mask (op-plugin dropout_gen_mask)
+    assert numels == 2 * N1 * 12 * 16
+    assert all(type(x) is int for x in (seed, offset, numels))
+
+
+@pytest.mark.parametrize("layout", ["BSH", "SBH", "BSND"])
+def test_numels_in_every_layout(layout):
+    """numels = B * head_num * Sq * Skv whatever the layout (read from the right axes)."""
+    q, k, v = bnsd(b=3, sq=5, sk=9)
+    perm = {"BSND": (0, 2, 1, 3), "BSH": (0, 2, 1, 3), "SBH": (2, 0, 1, 3)}[layout]
+
+    def put(x):
+        y = np.ascontiguousarray(x.transpose(perm))
+        return y.reshape(y.shape[0], y.shape[1], -1) if layout in ("BSH", "SBH") else y
+
+    numels = cann.npu_fusion_attention(put(q), put(k), put(v), N1, layout, scale=SCALE)[6]
+    assert numels == 3 * N1 * 5 * 9
+
+
+def test_tnd_numels_follows_the_source_loop():
+    """TND: N * (q_0 k_0 + sum (q_i - q_{i-1})(k_i - k_{i-1})) over the cumulative lists as
+    given; with trailing zeros the step back to 0 is counted too, as in op-plugin."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((9, N1, D)).astype(np.float32)
+    k = rng.standard_normal((12, N2, D)).astype(np.float32)
+    v = rng.standard_normal((12, N2, DV)).astype(np.float32)
+    lens = dict(actual_seq_qlen=[2, 5, 9], actual_seq_kvlen=[4, 4, 12])
+    assert cann.npu_fusion_attention(q, k, v, N1, "TND", scale=SCALE, **lens)[6] == \
+        N1 * (2 * 4 + 3 * 0 + 4 * 8)
+    lens = dict(actual_seq_qlen=[2, 5, 9, 0], actual_seq_kvlen=[4, 4, 12, 0])
+    assert cann.npu_fusion_attention(q, k, v, N1, "TND", scale=SCALE, **lens)[6] == \
+        N1 * (2 * 4 + 3 * 0 + 4 * 8 + 9 * 12)
+
+
+def test_seed_and_offset_regenerate_the_mask_in_the_grad():
+    """The returned (seed, offset) handed to the grad give the gradients of the same mask:
+    equal to the float64 reference's on the explicit keep mask of flashlab.dropout."""
+    q, k, v = (x.astype(np.float64) for x in bnsd(seed=2))
+    out, smax, ssum, _, seed, offset, _ = cann.npu_fusion_attention(
+        q, k, v, N1, "BNSD", scale=SCALE, keep_prob=0.75, seed=11, offset=5)
+    dy = np.random.default_rng(3).standard_normal(out.shape)
+    grads = cann.flash_attention_score_grad(q, k, v, dy, N1, "BNSD", softmax_max=smax,
+                                            softmax_sum=ssum, attention_in=out, scale=SCALE,
+                                            keep_prob=0.75, seed=seed, offset=offset)
+    ref = flashlab.attention_reference_backward(dy, q, k, v, scale=SCALE, dropout_p=0.25,
+                                                seed=11, offset=5)
+    for g, r in zip(grads, ref):
+        np.testing.assert_allclose(g, r, atol=1e-10, rtol=1e-9)
+
+
+# ------------------------------------------------------------------ input_layout's case
+@pytest.mark.parametrize("layout", ["bnsd", "Bsnd", "bsh", "sbH", "tnd"])
+def test_input_layout_in_any_case(layout):
+    """op-plugin upper-cases input_layout ("for (auto &c : input_layout_str) { c = toupper(c); }")
+    before "The input_layout should be BSH/SBH/BNSD/BSND/TND(case-insensitive)"."""
+    upper = layout.upper()
+    rng = np.random.default_rng(4)
+    if upper == "TND":
+        q = rng.standard_normal((9, N1, D)).astype(np.float32)
+        k = rng.standard_normal((9, N2, D)).astype(np.float32)
+        v = rng.standard_normal((9, N2, DV)).astype(np.float32)
+        kw = dict(actual_seq_qlen=[4, 9], actual_seq_kvlen=[5, 9])
+    else:
+        shape = {"BNSD": (2, N1, 6, D), "BSND": (2, 6, N1, D), "BSH": (2, 6, N1 * D),
+                 "SBH": (6, 2, N1 * D)}[upper]
+        q = rng.standard_normal(shape).astype(np.float32)
+        k, v = q.copy(), q.copy()
+        kw = {}
+    a = cann.flash_attention_score(q, k, v, N1, layout, scale=SCALE, **kw)
+    b = cann.flash_attention_score(q, k, v, N1, upper, scale=SCALE, **kw)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    dy = np.ones_like(a[0])
+    ga = cann.flash_attention_score_grad(q, k, v, dy, N1, layout, softmax_max=a[1],
+                                         softmax_sum=a[2], attention_in=a[0], scale=SCALE, **kw)
+    gb = cann.flash_attention_score_grad(q, k, v, dy, N1, upper, softmax_max=b[1],
+                                         softmax_sum=b[2], attention_in=b[0], scale=SCALE, **kw)
+    for x, y in zip(ga, gb):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("layout", ["BNDS", "", "BNSD ", 3])
+def test_unknown_input_layout_is_refused(layout):
+    q, k, v = bnsd()
+    with pytest.raises(ValueError, match="input_layout must be one of"):
+        cann.flash_attention_score(q, k, v, N1, layout)
