@@ -634,7 +634,7 @@ def _int_list(name: str, x) -> list[int]:
 
 
 def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, int], *,
-                     leading_zero: bool, example: str, max_seqlens=None
+                     leading_zero: bool, example: str, max_seqlens=None, within: bool = False
                      ) -> list[tuple[int, int, int, int]]:
     """``(q0, q1, k0, k1)`` token ranges of each sequence of a packed batch.
 
@@ -644,6 +644,8 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
     ``actual_seq_qlen``). Each list never decreases from 0 and ends at the token count of its
     tensor (``totals``); a length may be 0. ``max_seqlens`` (flash_attn's ``max_seqlen_q``,
     ``max_seqlen_k``): ``(name, value)`` pairs each at least the longest sequence.
+    ``within``: the last end may also lie below the token count (CANN's TND: the rows after
+    it belong to no sequence).
     """
     ends = []
     for name, cum, total, what in zip(names, (cum_q, cum_k), totals, ("query", "key")):
@@ -658,9 +660,11 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
                 n -= 1
             # kept as empty sequences after the last used one (the caller may drop them)
             bounds = [0] + e[:n] + [e[n - 1]] * (len(e) - n) if e else []
-        if not bounds or bounds[0] != 0 or bounds[-1] != total \
+        last_ok = bool(bounds) and (bounds[-1] <= total if within else bounds[-1] == total)
+        if not bounds or bounds[0] != 0 or not last_ok \
                 or any(b < a for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 to the {what} "
+            to = "up to" if within else "to"
+            raise ValueError(f"{name} must be non-decreasing cumulative ends from 0 {to} the {what} "
                              f"token count T={total} (lengths 2, 2, 2 -> {example}); got {e}")
         ends.append(bounds)
     if len(ends[0]) != len(ends[1]):

@@ -574,8 +574,9 @@ ERRORS = {
     # TND
     "tnd-no-lens": (OK_TND, {}, ValueError, "actual_seq_qlen"),
     "lens-not-tnd": (OK, dict(actual_seq_qlen=[12], actual_seq_kvlen=[16]), ValueError, "TND only"),
-    "lens-end": (OK_TND, dict(actual_seq_qlen=[5, 10], actual_seq_kvlen=LENS["actual_seq_kvlen"]),
-                 ValueError, "to the query token count T=43"),
+    # past T (T beyond the last end is allowed: tests/test_cann_contract.py)
+    "lens-end": (OK_TND, dict(actual_seq_qlen=[5, 44], actual_seq_kvlen=LENS["actual_seq_kvlen"]),
+                 ValueError, "up to the query token count T=43"),
     "lens-decreasing": (OK_TND, dict(actual_seq_qlen=[5, 3, 43], actual_seq_kvlen=[7, 10, 53]),
                         ValueError, "non-decreasing"),
     "lens-count": (OK_TND, dict(actual_seq_qlen=[5, 43], actual_seq_kvlen=[7, 10, 53]), ValueError,

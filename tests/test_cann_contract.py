@@ -130,3 +130,100 @@ def test_unknown_input_layout_is_refused(layout):
     q, k, v = bnsd()
     with pytest.raises(ValueError, match="input_layout must be one of"):
         cann.flash_attention_score(q, k, v, N1, layout)
+
+
+# ------------------------------------------------------------------ TND with T > sum(lengths)
+def tnd_padded(extra_q: int, extra_k: int, seed: int = 5, dtype=np.float64):
+    """Three sequences (3, 0, 6 queries; 4, 2, 7 keys) and extra rows after them."""
+    q_lens, k_lens = [3, 0, 6], [4, 2, 7]
+    rng = np.random.default_rng(seed)
+    tq, tk = sum(q_lens) + extra_q, sum(k_lens) + extra_k
+    q = rng.standard_normal((tq, N1, D)).astype(dtype)
+    k = rng.standard_normal((tk, N2, D)).astype(dtype)
+    v = rng.standard_normal((tk, N2, DV)).astype(dtype)
+    lens = dict(actual_seq_qlen=np.cumsum(q_lens).tolist(), actual_seq_kvlen=np.cumsum(k_lens).tolist())
+    return q, k, v, q_lens, k_lens, lens
+
+
+def reference_sequences(q, k, v, q_lens, k_lens, dy=None):
+    """Per-sequence float64 reference (causal = mode 3, bottom-right) on explicit masks, in TND."""
+    o = np.zeros((q.shape[0], N1, DV))
+    lse = np.full((q.shape[0], N1), -np.inf)
+    grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
+    q0 = k0 = 0
+    for sq, sk in zip(q_lens, k_lens):
+        if sq:
+            qs = q[q0:q0 + sq].transpose(1, 0, 2)[None]
+            ks = k[k0:k0 + sk].transpose(1, 0, 2)[None]
+            vs = v[k0:k0 + sk].transpose(1, 0, 2)[None]
+            mask = np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq + 1)
+            ro, rl = flashlab.attention_reference(qs, ks, vs, scale=SCALE, mask=mask)[:2]
+            o[q0:q0 + sq] = ro[0].transpose(1, 0, 2)
+            lse[q0:q0 + sq] = rl[0].T
+            if dy is not None:
+                dys = dy[q0:q0 + sq].transpose(1, 0, 2)[None]
+                g = flashlab.attention_reference_backward(dys, qs, ks, vs, scale=SCALE, mask=mask)
+                grads[0][q0:q0 + sq] = g[0][0].transpose(1, 0, 2)
+                grads[1][k0:k0 + sk] = g[1][0].transpose(1, 0, 2)
+                grads[2][k0:k0 + sk] = g[2][0].transpose(1, 0, 2)
+        q0, k0 = q0 + sq, k0 + sk
+    return o, lse, grads
+
+
+@pytest.mark.parametrize("softmax_layout", ["", "TND"])
+@pytest.mark.parametrize("extra", [(4, 0), (0, 5), (3, 2)])
+def test_tnd_rows_after_the_last_sequence(extra, softmax_layout):
+    """T > sum(lengths) is accepted (the tiling refuses only t1Size < accumS1). The sequences'
+    rows match the float64 reference; the rows after the last sequence are no sequence's:
+    output 0, the no-key statistics, zero gradients; the key rows after it get zero dk, dv."""
+    q, k, v, q_lens, k_lens, lens = tnd_padded(*extra)
+    kw = dict(scale=SCALE, atten_mask=TRI, sparse_mode=3, softmax_layout=softmax_layout, **lens)
+    out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "TND", **kw)
+    dy = np.random.default_rng(9).standard_normal(out.shape)
+    ref_o, ref_lse, ref_g = reference_sequences(q, k, v, q_lens, k_lens, dy)
+    used = sum(q_lens)
+    np.testing.assert_allclose(out, ref_o, atol=1e-12)
+    assert (out[used:] == 0).all()
+    # softmax statistics back to token-major (NTD: the sequences' blocks, then the tail rows)
+    m, s = smax[..., 0], ssum[..., 0]
+    if softmax_layout == "":
+        flat_m, flat_s = m.reshape(-1), s.reshape(-1)
+        rows_m, rows_s, pos = np.empty_like(m), np.empty_like(s), 0
+        for q0, sq in zip(np.cumsum([0] + q_lens[:-1]), q_lens):
+            rows_m[q0:q0 + sq] = flat_m[pos:pos + N1 * sq].reshape(N1, sq).T
+            rows_s[q0:q0 + sq] = flat_s[pos:pos + N1 * sq].reshape(N1, sq).T
+            pos += N1 * sq
+        rows_m[used:] = flat_m[pos:].reshape(N1, -1).T
+        rows_s[used:] = flat_s[pos:].reshape(N1, -1).T
+        m, s = rows_m, rows_s
+    np.testing.assert_allclose(m[:used] + np.log(s[:used]), ref_lse[:used], atol=1e-12)
+    assert (m[used:] == np.finfo(np.float32).min).all() and (s[used:] == np.finfo(np.float32).max).all()
+    grads = cann.flash_attention_score_grad(q, k, v, dy, N1, "TND", softmax_max=smax,
+                                            softmax_sum=ssum, attention_in=out, **kw)
+    for g, r, name in zip(grads, ref_g, ("dq", "dk", "dv")):
+        np.testing.assert_allclose(g, r, atol=1e-10, err_msg=name)
+    assert (grads[0][used:] == 0).all() and (grads[1][sum(k_lens):] == 0).all()
+
+
+def test_tnd_extra_rows_do_not_change_the_sequences():
+    """The same sequences with and without trailing rows give the same values, bit for bit."""
+    q, k, v, _, _, lens = tnd_padded(3, 2)
+    a = cann.flash_attention_score(q, k, v, N1, "TND", scale=SCALE, softmax_layout="TND", **lens)
+    b = cann.flash_attention_score(q[:9], k[:13], v[:13], N1, "TND", scale=SCALE,
+                                   softmax_layout="TND", **lens)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x[:9], y)
+
+
+@pytest.mark.parametrize("name, qlen, kvlen, text", [
+    ("query", [3, 3, 10], [4, 6, 13], "actual_seq_qlen must be non-decreasing cumulative ends from 0 "
+                                      "up to the query token count T=9"),
+    ("key", [3, 3, 9], [4, 6, 14], "actual_seq_kvlen must be non-decreasing cumulative ends from 0 "
+                                   "up to the key token count T=13"),
+])
+def test_tnd_t_below_the_sum_is_refused(name, qlen, kvlen, text):
+    """T < sum(lengths): the tiling's refusal ("Query T(%ld) and key T(%ld) need larger than
+    respectively sum of seqLen")."""
+    q, k, v, _, _, _ = tnd_padded(0, 0)
+    with pytest.raises(ValueError, match=text.replace("(", r"\(")):
+        cann.flash_attention_score(q, k, v, N1, "TND", actual_seq_qlen=qlen, actual_seq_kvlen=kvlen)

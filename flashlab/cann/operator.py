@@ -22,7 +22,13 @@ the kernel skip whole tiles, as the operator's block-sparse scheduling does.
 **Layouts** (``input_layout``): ``BSH`` [B, S, N*D], ``SBH`` [S, B, N*D], ``BSND``, ``BNSD``,
 ``TND`` [T, N, D]. In TND the sequences are packed along T; ``actual_seq_qlen`` and
 ``actual_seq_kvlen`` give the *cumulative* ends (lengths 2, 2, 2 -> ``[2, 4, 6]``), a length may be
-0, and trailing zeros mark unused batches (``[2, 5, 9, 0, 0]``). Every sequence attends only
+0, and trailing zeros mark unused batches (``[2, 5, 9, 0, 0]``). T may exceed the sum of the
+lengths, as the device's tiling allows (it refuses only ``T < sum``, see
+:func:`flashlab.cann.varlen.sequences`): the rows after the last sequence belong to none and no
+kernel call touches them. torch_npu allocates its outputs uninitialised
+(``apply_tensor_without_format``), so the device leaves whatever was in memory there; this
+module writes the values of a row with no allowed key (``attention_out = 0``, the statistics
+below) and zero gradients, a defined stand-in for "not written". Every sequence attends only
 within itself; no padding is computed: the kernel runs on each sequence's own slice. A sequence
 with queries but no key (``Sq > 0``, ``Skv = 0``) gets the outputs of a row with no allowed key.
 
@@ -304,8 +310,11 @@ def stats_dtype(st: Setup) -> type:
 def _stats_out(x: np.ndarray, st: Setup) -> np.ndarray:
     """Row values (B, N, Sq) or TND (T, N) -> [..., 8] in ``softmax_layout`` and :func:`stats_dtype`."""
     if st.varlen and st.softmax_layout == "":
-        # NTD: sequence by sequence, a block [N, Sq_i] of each
-        x = np.concatenate([x[q0:q1].T.reshape(-1) for q0, q1, _, _ in st.seqs]).reshape(x.shape)
+        # NTD: sequence by sequence, a block [N, Sq_i] of each; then the rows after the last
+        # sequence (T > sum of the lengths), which hold the no-key values
+        last = st.seqs[-1][1]
+        blocks = [x[q0:q1].T.reshape(-1) for q0, q1, _, _ in st.seqs] + [x[last:].T.reshape(-1)]
+        x = np.concatenate(blocks).reshape(x.shape)
     return np.ascontiguousarray(np.repeat(x[..., None], SOFTMAX_REPEAT, axis=-1),
                                 dtype=stats_dtype(st))
 
@@ -316,7 +325,8 @@ def _stats_in(x: np.ndarray, st: Setup) -> np.ndarray:
     if not (st.varlen and st.softmax_layout == ""):
         return rows
     flat, out, pos, n = rows.reshape(-1), np.empty(rows.shape), 0, st.dims.N1
-    for q0, q1, _, _ in st.seqs:
+    last = st.seqs[-1][1]
+    for q0, q1 in [(q0, q1) for q0, q1, _, _ in st.seqs] + [(last, rows.shape[0])]:
         out[q0:q1] = flat[pos:pos + n * (q1 - q0)].reshape(n, q1 - q0).T
         pos += n * (q1 - q0)
     return out

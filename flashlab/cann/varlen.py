@@ -17,10 +17,17 @@ __all__ = ["sequences", "take_rows", "take_lse", "put_rows"]
 def sequences(actual_seq_qlen, actual_seq_kvlen, dims: Dims) -> list[tuple[int, int, int, int]]:
     """``(q0, q1, k0, k1)`` token ranges of every sequence of a TND batch (trailing unused
     batches as empty ranges after the last). A sequence may have queries and no key: its rows
-    have no allowed key."""
+    have no allowed key.
+
+    The last ends may lie below T_q, T_kv: the device's tiling refuses only ``T < sum of the
+    lengths`` (ops-transformer ``flash_attention_score`` tiling, ``AnalyzeTndLayout``:
+    "OP_CHECK_IF(t1Size < accumS1 || t2Size < accumS2, ... Query T(%ld) and key T(%ld) need
+    larger than respectively sum of seqLen(%ld) and sekvLen(%ld)."). The rows after the last
+    end belong to no sequence: no kernel call reads or writes them.
+    """
     return packed_sequences(("actual_seq_qlen", "actual_seq_kvlen"), actual_seq_qlen,
                             actual_seq_kvlen, (dims.Sq, dims.Sk), leading_zero=False,
-                            example="[2, 4, 6]")
+                            example="[2, 4, 6]", within=True)
 
 
 def take_rows(x: np.ndarray, rows: slice, varlen: bool) -> np.ndarray:
