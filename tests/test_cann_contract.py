@@ -227,3 +227,58 @@ def test_tnd_t_below_the_sum_is_refused(name, qlen, kvlen, text):
     q, k, v, _, _, _ = tnd_padded(0, 0)
     with pytest.raises(ValueError, match=text.replace("(", r"\(")):
         cann.flash_attention_score(q, k, v, N1, "TND", actual_seq_qlen=qlen, actual_seq_kvlen=kvlen)
+
+
+# ------------------------------------------------------------------ prefix B <= 32, RoPE mask
+@pytest.mark.parametrize("mode", [5, 6])
+def test_prefix_modes_take_at_most_32_batches(mode):
+    """PTA: "prefix稀疏计算场景B不大于32". B = 32 runs and matches the reference; 33 is refused."""
+    mask = {5: None, 6: np.concatenate([TRI, np.pad(np.ones((1024, 1024), bool), ((0, 0), (1024, 0)))])}[mode]
+    for b in (32, 33):
+        q, k, v = (x.astype(np.float64) for x in bnsd(b=b, sq=6, sk=8, seed=b))
+        atten = np.triu(np.ones((b, 1, 6, 8), dtype=bool), k=8 - 6 + 1) if mode == 5 else mask
+        if mode == 5:
+            atten[..., :3] = False
+        kw = dict(scale=SCALE, sparse_mode=mode, atten_mask=atten, prefix=[3] * b)
+        if b == 33:
+            with pytest.raises(ValueError, match="sparse_mode=.* at most B=32 batches.*got B=33"):
+                cann.flash_attention_score(q, k, v, N1, "BNSD", **kw)
+            continue
+        out = cann.flash_attention_score(q, k, v, N1, "BNSD", **kw)[0]
+        allowed = ~np.triu(np.ones((6, 8), dtype=bool), k=3)
+        allowed[:, :3] = True
+        ref = flashlab.attention_reference(q, k, v, scale=SCALE, mask=~allowed)[0]
+        np.testing.assert_allclose(out, ref, atol=1e-12)
+
+
+def test_prefix_batch_rule_needs_the_mask():
+    """Without atten_mask every mode is full attention (the mask arguments take no effect), so
+    B > 32 with sparse_mode 6 is not a prefix computation and runs."""
+    q, k, v = bnsd(b=33, sq=4, sk=4)
+    cann.flash_attention_score(q, k, v, N1, "BNSD", sparse_mode=6, prefix=[2] * 33)
+
+
+def test_tnd_prefix_counts_sequences():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((33, N1, D)).astype(np.float32)
+    k = rng.standard_normal((33, N2, D)).astype(np.float32)
+    v = rng.standard_normal((33, N2, DV)).astype(np.float32)
+    mask6 = np.concatenate([TRI, np.pad(np.ones((1024, 1024), bool), ((0, 0), (1024, 0)))])
+    lens = dict(actual_seq_qlen=list(range(1, 34)), actual_seq_kvlen=list(range(1, 34)))
+    with pytest.raises(ValueError, match="got B=33"):
+        cann.flash_attention_score(q, k, v, N1, "TND", sparse_mode=6, atten_mask=mask6,
+                                   prefix=[1] * 33, **lens)
+
+
+def test_rope_without_atten_mask_is_refused_in_the_grad_too():
+    rng = np.random.default_rng(6)
+    q, k, v = bnsd(b=1, sq=4, sk=4)
+    qr = rng.standard_normal((1, N1, 4, 8)).astype(np.float32)
+    kr = rng.standard_normal((1, 1, 4, 8)).astype(np.float32)
+    full = np.zeros((4, 4), dtype=bool)
+    out, smax, ssum = cann.flash_attention_score(q, k, v, N1, "BNSD", query_rope=qr, key_rope=kr,
+                                                 atten_mask=full)
+    with pytest.raises(ValueError, match="query_rope/key_rope need atten_mask"):
+        cann.flash_attention_score_grad(q, k, v, np.ones_like(out), N1, "BNSD", softmax_max=smax,
+                                        softmax_sum=ssum, attention_in=out, query_rope=qr,
+                                        key_rope=kr)

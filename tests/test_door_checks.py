@@ -37,11 +37,15 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/layouts.py", "to_bnsd"): (1, "an input_layout this reader does not know (internal)"),
     ("cann/layouts.py", "from_bnsd"): (1, "an input_layout this writer does not know (internal)"),
     ("cann/layouts.py", "split_hidden"): (1, "reading BSH/SBH: H = N * D must divide"),
-    ("cann/layouts.py", "canonical"): (5, "input_layout's values, head_num 1..256, the query's heads "
-                                          "= head_num, D 1..768, D_v <= D: the operator's ranges"),
+    ("cann/layouts.py", "canonical"): (5, "input_layout's values (any case: DOCS_VS_SOURCE), head_num "
+                                          "1..256, the query's heads = head_num, D 1..768, D_v <= D: "
+                                          "the operator's ranges"),
     ("cann/operator.py", "_check_options"): (1, "inner_precise 0..2 (the operator's attribute)"),
     ("cann/operator.py", "_setup"): (3, "softmax_layout and actual_seq_* belong to TND only"),
-    ("cann/operator.py", "_rope_operands"): (1, "Dr % 8 == 0 and Dr <= D (the operator's rule)"),
+    ("cann/operator.py", "_rope_operands"): (2, "Dr % 8 == 0 and Dr <= D (the operator's rule); the "
+                                                "RoPE inputs need atten_mask (PTA docs as issue 34 "
+                                                "reports them; the line was not located, see "
+                                                "DOCS_VS_SOURCE)"),
     ("cann/operator.py", "_softmax_operand"): (3, "the operator's softmax statistics [..., 8] float32"),
     ("cann/operator.py", "lse_from_stats"): (1, "a softmax row of the operator's statistics"),
     ("cann/operator.py", "flash_attention_score_grad"): (1, "softmax_in, the operator's reserved input"),
@@ -51,6 +55,8 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/plan.py", "_check_compressed"): (2, "the compressed 2048x2048 / 3072x2048 mask"),
     ("cann/plan.py", "_full_mask"): (3, "atten_mask shapes per sparse_mode"),
     ("cann/plan.py", "_prefix_list"): (3, "prefix of modes 5/6"),
+    ("cann/plan.py", "_check_prefix_batch"): (1, "modes 5/6 with B <= 32 (PTA docs: \"prefix稀疏计算场景B"
+                                                 "不大于32\"; DOCS_VS_SOURCE)"),
     ("cann/plan.py", "_check_mode0_range"): (2, "mode 0 pre/next token ranges"),
     ("cann/plan.py", "plan"): (1, "sparse_mode 0..8"),
     ("cann/plan.py", "_check_mode_for_layout"): (2, "modes 5, 7, 8 and the layout"),
@@ -64,6 +70,40 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/pse.py", "check_alibi_cover"): (2, "the ALiBi-compressed pse covers the band"),
     ("cann/sparse_modes.py", "compressed_mask"): (1, "the compressed-mask modes"),
     ("cann/sparse_modes.py", "sparse_mode_band"): (3, "sparse_mode's band rules"),
+}
+
+
+#: Where the documents and the source say different things, flashlab follows the source; each
+#: entry: (what the documents say, what the source does, what flashlab does), both cited.
+#: Sources: op-plugin op_plugin/ops/opapi/FlashAttentionKernelNpuOpApi.cpp@0606d3f1 (torch_npu's
+#: npu_fusion_attention), ops-transformer flash_attention_score tiling (AnalyzeTndLayout);
+#: documents: op-plugin docs/context/torch_npu-npu_fusion_attention.md@3ec6c1fc (PTA).
+DOCS_VS_SOURCE = {
+    "input_layout case": (
+        "PTA: \"支持BSH、SBH、BSND、BNSD、TND\" (upper case only)",
+        "op-plugin: \"for (auto &c : input_layout_str) { c = toupper(c); }\" then \"The input_layout "
+        "should be BSH/SBH/BNSD/BSND/TND(case-insensitive)\"",
+        "any case accepted (flashlab.cann.operator._setup upper-cases it)"),
+    "TND token count": (
+        "PTA: \"要求T（B*S）取值范围1~1M\" and cumulative ends such as \"2 4 6 8 10\" (T = the sum)",
+        "tiling: \"OP_CHECK_IF(t1Size < accumS1 || t2Size < accumS2, ... Query T(%ld) and key T(%ld) "
+        "need larger than respectively sum of seqLen\" (T >= the sum)",
+        "T >= the last end accepted; rows after it: out 0, no-key statistics, zero gradients "
+        "(torch_npu allocates its outputs uninitialised, so the device leaves them unwritten)"),
+    "numels": (
+        "PTA: \"第7个输出为int，DSA生成dropoutmask的长度\"",
+        "op-plugin: B*head_num*Sq*Skv; TND: N * (q_0 k_0 + sum (q_i - q_{i-1})(k_i - k_{i-1})) over "
+        "the cumulative lists as given, which also counts the step back to 0 of trailing zeros",
+        "the source's formula (flashlab.cann.operator._mask_numels)"),
+    "prefix batch": (
+        "PTA: \"prefix稀疏计算场景B不大于32\"",
+        "not looked up in the tiling in this change",
+        "B <= 32 checked for modes 5/6 with an atten_mask (plan._check_prefix_batch)"),
+    "RoPE atten_mask": (
+        "PTA docs, as issue 34 reports them: the RoPE inputs require atten_mask (the exact line "
+        "was not located in the torch_npu docs searched for this change)",
+        "not looked up",
+        "query_rope/key_rope without atten_mask refused (operator._rope_operands)"),
 }
 
 
@@ -146,3 +186,17 @@ def test_every_door_module_is_listed_or_clean(module):
     counts = raises_by_function(ROOT / module)
     for fn, n in counts.items():
         assert ALLOWED.get((module, fn), (0, ""))[0] == n, f"{module}:{fn} raises {n} ValueError/TypeError"
+
+
+# ------------------------------------------------------------------- issue 34, point 5
+def test_docs_vs_source_follow_the_source():
+    """The two rules where the documents and the source differ behave as the source does."""
+    assert set(DOCS_VS_SOURCE) >= {"input_layout case", "TND token count"}
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((7, 2, 8)).astype(np.float32) for _ in range(3))
+    lens = dict(actual_seq_qlen=[2, 5], actual_seq_kvlen=[3, 5])    # T = 7 > 5
+    lower = cann.flash_attention_score(q, k, v, 2, "tnd", **lens)
+    upper = cann.flash_attention_score(q, k, v, 2, "TND", **lens)
+    for a, b in zip(lower, upper):
+        np.testing.assert_array_equal(a, b)
+    assert (upper[0][5:] == 0).all()

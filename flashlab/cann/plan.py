@@ -189,6 +189,7 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     max_k = max(sk for _, sk in lengths)
     if atten_mask is None:
         return _full_attention_calls(dims, seqs)
+    _check_prefix_batch(mode, len(lengths))
     _check_band_tokens(mode, pre, nxt, lengths)
     # sparse_mode 5 (B, N, S, D) with a prefix the device's GetPrefixNList gives up on: it warns and
     # computes every block with the full atten_mask as given (sparse type ALL; pre/next reset to
@@ -215,6 +216,20 @@ def plan(dims: Dims, *, sparse_mode=0, atten_mask=None, pre_tokens=INT32_MAX,
     if mode == 0:
         _check_consistent(calls)
     return calls
+
+
+#: the most batches (TND: sequences) of the prefix modes 5 and 6
+MAX_PREFIX_BATCH = 32
+
+
+def _check_prefix_batch(mode: int, batch: int) -> None:
+    """Modes 5 and 6 (with an atten_mask: without one every mode is full attention) take at
+    most 32 batches (*torch_npu.npu_fusion_attention*, 约束说明: "prefix稀疏计算场景B不大于32";
+    the same sentence in MindSpeed's *fusion attention 对外接口*). TND counts the entries of
+    actual_seq_qlen, trailing unused batches included."""
+    if mode in (5, 6) and batch > MAX_PREFIX_BATCH:
+        raise ValueError(f"sparse_mode={mode} (prefix) supports at most B={MAX_PREFIX_BATCH} batches "
+                         f"(\"prefix稀疏计算场景B不大于32\"); got B={batch}")
 
 
 def _check_mode_for_layout(mode: int, varlen: bool, prefix) -> None:
