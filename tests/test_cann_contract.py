@@ -282,3 +282,24 @@ def test_rope_without_atten_mask_is_refused_in_the_grad_too():
         cann.flash_attention_score_grad(q, k, v, np.ones_like(out), N1, "BNSD", softmax_max=smax,
                                         softmax_sum=ssum, attention_in=out, query_rope=qr,
                                         key_rope=kr)
+
+
+def test_seven_outputs_in_tnd_with_dropout_and_extra_rows():
+    """TND (NTD statistics, T > sum, dropout): the first three outputs are the three-output
+    path's, bit for bit, and the grad from the returned (seed, offset) equals the grad of the
+    three-output path's call with the same seed and offset."""
+    q, k, v, _, _, lens = tnd_padded(2, 1, dtype=np.float32)
+    kw = dict(scale=SCALE, keep_prob=0.9, seed=123, offset=40, **lens)
+    three = cann.flash_attention_score(q, k, v, N1, "TND", **kw)
+    out, smax, ssum, softmax_out, seed, offset, numels = cann.npu_fusion_attention(q, k, v, N1, "tnd", **kw)
+    for a, b in zip(three, (out, smax, ssum)):
+        np.testing.assert_array_equal(a, b)
+    assert softmax_out.size == 0 and (seed, offset) == (123, 40)
+    assert numels == N1 * (3 * 4 + 0 * 2 + 6 * 7)
+    dy = np.ones_like(out)
+    g1 = cann.flash_attention_score_grad(q, k, v, dy, N1, "TND", softmax_max=smax, softmax_sum=ssum,
+                                         attention_in=out, **{**kw, "seed": seed, "offset": offset})
+    g2 = cann.flash_attention_score_grad(q, k, v, dy, N1, "TND", softmax_max=three[1],
+                                         softmax_sum=three[2], attention_in=three[0], **kw)
+    for a, b in zip(g1, g2):
+        np.testing.assert_array_equal(a, b)
