@@ -49,7 +49,8 @@ checks the stamp's shape and content and builds the real mask from the rule. **W
 atten_mask the operator computes full attention** (*torch_npu.npu_fusion_attention*: "当
 atten_mask输入为None时，sparse_mode，pre_tockens，next_tockens参数不生效，固定为全计算"), and so
 does this module. ``prefix`` is read by modes 5 and 6 only (the docs' own example passes
-``prefix = {0}`` with ``sparseMode = 0``).
+``prefix = {0}`` with ``sparseMode = 0``), which take at most 32 batches, TND sequences
+("prefix稀疏计算场景B不大于32").
 
 **RoPE operands** (the MLA variant of the operator, ``query_rope``/``key_rope``):
 
@@ -61,7 +62,9 @@ $$
 (a multiple of 8, ``D_r <= D``), ``key_rope`` in the key's layout. Here ``key_rope`` may have any
 head count dividing ``head_num``; MLA's is 1 (one RoPE key per token, shared by every head),
 which the kernel reads as it is, never copied per head. The grad then also returns
-``dq_rope`` and ``dk_rope`` (summed over the heads sharing a ``key_rope`` head).
+``dq_rope`` and ``dk_rope`` (summed over the heads sharing a ``key_rope`` head). The RoPE
+inputs need an ``atten_mask`` (the PTA docs' rule as issue 34 reports it); for full attention
+pass an all-False one with ``sparse_mode = 0``.
 
 **pse** (``pse_type``, *FlashAttentionScoreV2*): 0 = ``scale * QK^T + pse``, 1 = ``scale *
 (QK^T + pse)``, 2 = the bias ``-slope * |j - i - q_start_idx + kv_start_idx|`` generated from
@@ -79,6 +82,9 @@ sequence ``s`` at ``offset + N sum_{t<s} Sq_t Skv_t + (h Sq_s + i) Skv_s + j`` (
 order: its TND drop mask is the per-sequence [N, Sq_i, Skv_i] blocks one after the other). The
 grad takes the same ``seed``/``offset`` and regenerates the same mask. The bits are flashlab's
 SplitMix64 generator, not the device's Philox: same contract, other numbers.
+:func:`npu_fusion_attention` returns ``seed``, ``offset`` and the mask length ``numels`` as
+torch_npu's last three outputs (what matches the device there and what cannot is in its
+docstring).
 
 **Outputs**: ``softmax_max`` and ``softmax_sum`` are float32 (float64 for float64 inputs)
 ``[B, N, Sq, 8]`` (TND: ``[T, N, 8]``), each value repeated 8 times (32-byte alignment on the
