@@ -70,7 +70,8 @@ def call_grad(x: dict, layout: str, out, smax, ssum, **kw):
 
 
 MODES = {
-    "mode0": (dict(), False),
+    # the RoPE inputs need an atten_mask: mode 0 with an all-False one is full attention
+    "mode0": (dict(atten_mask=np.zeros((S, S), dtype=bool)), False),
     "mode2-leftUpCausal": (dict(sparse_mode=2, atten_mask=TRI), True),
     "mode3-rightDownCausal": (dict(sparse_mode=3, atten_mask=TRI), True),   # Sq = Sk: the same band
 }
@@ -105,7 +106,8 @@ def test_forward_and_grad_match_reference(layout, nr, mode):
 def test_rope_equals_the_concatenated_operator(layout):
     """Split operands == the plain operator fed [Q, Q_rope] and [K, K_rope copied per kv head]."""
     x = operands(1, sq=13, sk=21, seed=5)
-    out, smax, ssum = call(x, layout)
+    full = np.zeros((13, 21), dtype=bool)
+    out, smax, ssum = call(x, layout, atten_mask=full)
     k_rope_kv = np.repeat(x["k_rope"], N2, axis=1)
     q_cat = np.concatenate([x["q"], x["q_rope"]], axis=-1)
     k_cat = np.concatenate([x["k"], k_rope_kv], axis=-1)
@@ -119,7 +121,7 @@ def test_rope_equals_the_concatenated_operator(layout):
         to_layout(x["q"], layout), to_layout(x["k"], layout), to_layout(x["v"], layout),
         to_layout(x["do"], layout), N1, layout, softmax_max=smax, softmax_sum=ssum,
         attention_in=out, query_rope=to_layout(x["q_rope"], layout),
-        key_rope=to_layout(x["k_rope"], layout), scale=SCALE)
+        key_rope=to_layout(x["k_rope"], layout), scale=SCALE, atten_mask=full)
     dq_c, dk_c, dv_c = (from_layout(g, layout, n) for g, n in zip(cann.flash_attention_score_grad(
         to_layout(q_cat, layout), to_layout(k_cat, layout), to_layout(x["v"], layout),
         to_layout(x["do"], layout), N1, layout, softmax_max=smax, softmax_sum=ssum,
@@ -176,7 +178,8 @@ def test_without_rope_the_grad_still_returns_three():
 
 def _bad(layout="BNSD", **change):
     x = operands(1)
-    kw = dict(query_rope=to_layout(x["q_rope"], layout), key_rope=to_layout(x["k_rope"], layout))
+    kw = dict(query_rope=to_layout(x["q_rope"], layout), key_rope=to_layout(x["k_rope"], layout),
+              atten_mask=np.zeros((S, S), dtype=bool))
     kw.update(change)
     return lambda: cann.flash_attention_score(to_layout(x["q"], layout), to_layout(x["k"], layout),
                                               to_layout(x["v"], layout), N1, layout, scale=SCALE, **kw)
@@ -194,6 +197,9 @@ def _bad(layout="BNSD", **change):
     (_bad(query_rope=np.zeros((B, N1, S), dtype=np.float32)), ValueError, "4 dims"),
     (_bad("BSH", query_rope=np.zeros((B, S, N1 * DR + 1), dtype=np.float32)), ValueError, "multiple of head_num"),
     (_bad("BSH", key_rope=np.zeros((B, S, DR + 3), dtype=np.float32)), ValueError, "multiple of query_rope's Dr"),
+    # the RoPE inputs are documented with an atten_mask (issue 34; see tests/test_door_checks.py)
+    (_bad(atten_mask=None), ValueError, "query_rope/key_rope need atten_mask"),
+    (_bad("BSND", atten_mask=None), ValueError, "need atten_mask"),
 ])
 def test_bad_rope_operands_raise(call_, exc, match):
     with pytest.raises(exc, match=match):

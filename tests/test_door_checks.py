@@ -44,7 +44,10 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
                                           "D_v <= D: the operator's ranges"),
     ("cann/operator.py", "_check_options"): (1, "inner_precise 0..2 (the operator's attribute)"),
     ("cann/operator.py", "_setup"): (3, "softmax_layout and actual_seq_* belong to TND only"),
-    ("cann/operator.py", "_rope_operands"): (1, "Dr % 8 == 0 and Dr <= D (the operator's rule)"),
+    ("cann/operator.py", "_rope_operands"): (2, "Dr % 8 == 0 and Dr <= D (the operator's rule); the "
+                                                "RoPE inputs need atten_mask (PTA docs as issue 34 "
+                                                "reports them; the line was not located, see "
+                                                "DOCS_VS_SOURCE)"),
     ("cann/operator.py", "_softmax_operand"): (3, "the operator's softmax statistics [..., 8] float32"),
     ("cann/operator.py", "lse_from_stats"): (1, "a softmax row of the operator's statistics"),
     ("cann/operator.py", "flash_attention_score_grad"): (1, "softmax_in, the operator's reserved input"),
@@ -69,6 +72,38 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("cann/pse.py", "check_alibi_cover"): (2, "the ALiBi-compressed pse covers the band"),
     ("cann/sparse_modes.py", "compressed_mask"): (1, "the compressed-mask modes"),
     ("cann/sparse_modes.py", "sparse_mode_band"): (3, "sparse_mode's band rules"),
+}
+
+
+#: Where the documents and the source say different things, flashlab follows the source; each
+#: entry: (what the documents say, what the source does, what flashlab does), both cited.
+#: Sources: op-plugin op_plugin/ops/opapi/FlashAttentionKernelNpuOpApi.cpp@0606d3f1 (torch_npu's
+#: npu_fusion_attention), op_plugin/ops/opapi/FlashAttentionV2KernelNpuOpApi.cpp@21d1b56e (the
+#: form with query_rope/key_rope), ops-transformer flash_attention_score tiling (AnalyzeTndLayout);
+#: documents: op-plugin docs/context/torch_npu-npu_fusion_attention.md@3ec6c1fc (PTA).
+DOCS_VS_SOURCE = {
+    "input_layout case": (
+        "PTA: \"支持BSH、SBH、BSND、BNSD、TND\" (upper case only)",
+        "op-plugin: \"for (auto &c : input_layout_str) { c = toupper(c); }\" then \"The input_layout "
+        "should be BSH/SBH/BNSD/BSND/TND(case-insensitive)\"",
+        "any case accepted (flashlab.cann.layouts.layout_name)"),
+    "TND token count": (
+        "PTA: \"要求T（B*S）取值范围1~1M\" and cumulative ends such as \"2 4 6 8 10\" (T = the sum)",
+        "tiling: \"OP_CHECK_IF(t1Size < accumS1 || t2Size < accumS2, ... Query T(%ld) and key T(%ld) "
+        "need larger than respectively sum of seqLen\" (T >= the sum)",
+        "T >= the last end accepted; rows after it: out 0, no-key statistics, zero gradients"),
+    "prefix batch": (
+        "PTA: \"prefix稀疏计算场景B不大于32\"",
+        "op-plugin passes prefix through unchecked (the check is the documents')",
+        "B <= 32 checked for modes 5/6 (plan._check_prefix_batch)"),
+    "RoPE atten_mask": (
+        "PTA, as issue 34 reports it: the RoPE inputs require atten_mask (the line was not found "
+        "in the PTA page at 3ec6c1fc, which does not describe query_rope at all)",
+        "op-plugin's npu_fusion_attention_common checks no atten_mask for the RoPE inputs; on SoCs "
+        "before Ascend910_95 (A2/A3) key_rope needs actual_seq_qlen/actual_seq_kvlen: \"the size of "
+        "actual_seq_qlen and actual_seq_kvlen cannot be empty.\" (TND only)",
+        "the documented rule is checked: query_rope/key_rope without atten_mask are refused "
+        "(operator._rope_operands); every layout is accepted with RoPE, as Ascend910_95's path does"),
 }
 
 
@@ -151,3 +186,17 @@ def test_every_door_module_is_listed_or_clean(module):
     counts = raises_by_function(ROOT / module)
     for fn, n in counts.items():
         assert ALLOWED.get((module, fn), (0, ""))[0] == n, f"{module}:{fn} raises {n} ValueError/TypeError"
+
+
+# ------------------------------------------------------------------- issue 34, point 5
+def test_docs_vs_source_follow_the_source():
+    """The two rules where the documents and the source differ behave as the source does."""
+    assert set(DOCS_VS_SOURCE) >= {"input_layout case", "TND token count"}
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((7, 2, 8)).astype(np.float32) for _ in range(3))
+    lens = dict(actual_seq_qlen=[2, 5], actual_seq_kvlen=[3, 5])    # T = 7 > 5
+    lower = cann.flash_attention_score(q, k, v, 2, "tnd", **lens)
+    upper = cann.flash_attention_score(q, k, v, 2, "TND", **lens)
+    for a, b in zip(lower, upper):
+        np.testing.assert_array_equal(a, b)
+    assert (upper[0][5:] == 0).all()

@@ -265,6 +265,12 @@ def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, 
     if dr % 8 != 0 or dr > d:
         raise ValueError(f"query_rope's head dim Dr must be a multiple of 8 and <= D={d} "
                          f"(the rope operands' rule); got Dr={dr}")
+    if not st.masked:
+        # the RoPE (MLA) form of the operator is documented with an atten_mask (PTA docs, as
+        # issue 34 reports them): without one the mask arguments would be ignored
+        raise ValueError("query_rope/key_rope need atten_mask (the operator's RoPE inputs are "
+                         "documented with an atten_mask); for full attention pass an all-False "
+                         "atten_mask ([Sq, Skv]; TND [maxSq, maxSkv]) with sparse_mode=0")
     return qr, kr
 
 
