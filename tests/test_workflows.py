@@ -160,3 +160,25 @@ def test_mypy_checks_the_whole_package_at_a_stated_strictness():
     for flag in ("check_untyped_defs", "warn_unused_ignores", "warn_redundant_casts", "strict_equality",
                  "no_implicit_optional"):
         assert mypy[flag] is True, flag
+
+
+def make_recipe(target: str) -> str:
+    """The recipe lines of one Makefile target."""
+    text = (ROOT / "Makefile").read_text()
+    match = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", text, re.M)
+    assert match, f"no target {target} in the Makefile"
+    return match.group(1)
+
+
+def test_make_lint_runs_mypy_on_what_pyproject_names():
+    lint = make_recipe("lint")
+    assert re.search(r"^\t\$\(BIN\)/mypy\s*$", lint, re.M), "mypy with no paths: pyproject's files, the package"
+    assert "ruff check flashlab tests tools" in lint
+
+
+def test_the_wheel_tests_run_in_their_own_step_only():
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert pytest_options["addopts"][-2:] == ["-m", "not wheel"] and "--strict-markers" in pytest_options["addopts"]
+    assert any(m.startswith("wheel:") for m in pytest_options["markers"])
+    assert "-m wheel" in make_recipe("test-wheel") and "test_wheel.py" in make_recipe("test-wheel")
+    assert "pytestmark = pytest.mark.wheel" in (ROOT / "tests" / "test_wheel.py").read_text()
