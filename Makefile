@@ -8,12 +8,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv assets book check-site handout assignments test lint pytest lab bench bench-quick clean
+.PHONY: help venv assets book check-site handout assignments test test-wheel lint pytest lab bench bench-quick clean
 
 help:
 	@echo "make book   build the HTML book (_build/html/index.html), executing every notebook"
 	@echo "make test   run the package tests, nbval on every notebook, the book build and lint"
-	@echo "make lint   ruff (pyflakes, pycodestyle, isort, bugbear) and mypy on the public modules"
+	@echo "            (not the wheel tests: make test-wheel)"
+	@echo "make test-wheel  the slow wheel tests (pytest -m wheel): flashlab built as a wheel into a"
+	@echo "            fresh venv (requirements-student.txt), the smoke test, every notebook and handout"
+	@echo "make lint   ruff (pyflakes, pycodestyle, isort, bugbear) and mypy on the whole package"
 	@echo "make check-site  build the book, then open every page in headless Chromium (network off):"
 	@echo "            fails on JS errors, missing images, broken links/anchors, empty widgets,"
 	@echo "            content cut off at 1280 or 390 px;"
@@ -61,7 +64,8 @@ assignments: $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-grading.txt
 	$(BIN)/python tools/assignments.py
 
-CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
+# Debian's chromium (.ci/run installs it), else Google Chrome (GitHub's runner image has it)
+CHROMIUM := $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
 # pytest collects tests/ and, through nbval (make pytest), every notebook in book/ (norecursedirs
 # keeps the executed copies under _build/ out). Both steps always run; either failing fails.
@@ -69,7 +73,7 @@ test: $(STAMP)
 	@status=0; \
 	$(MAKE) --no-print-directory book || status=1; \
 	if [ $$status -eq 0 ] && [ -n "$(CHROMIUM)" ]; then \
-	    $(BIN)/python tools/check_site.py || status=1; \
+	    $(BIN)/python tools/check_site.py --chromium "$(CHROMIUM)" || status=1; \
 	elif [ -z "$(CHROMIUM)" ]; then echo "make test: chromium not installed, check-site skipped"; fi; \
 	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory pytest || status=1; \
@@ -83,12 +87,14 @@ test: $(STAMP)
 # architectures keep their own kernels. The package tests run with the environment as it is.
 NBVAL_CORETYPE ?= Sandybridge
 NBVAL_ENV := $(if $(filter x86_64,$(shell uname -m)),OPENBLAS_CORETYPE=$(NBVAL_CORETYPE))
-# the settings (rules, line length, the modules mypy checks) are in pyproject.toml;
-# .pre-commit-config.yaml runs the same two commands before each commit
+# the settings (rules, line length, mypy's strictness; mypy checks the whole package) are in
+# pyproject.toml; .pre-commit-config.yaml runs the same two tools, at the same versions, before
+# each commit
 lint: $(STAMP)
 	$(BIN)/ruff check flashlab tests tools
 	$(BIN)/mypy
 
+# plain pytest leaves out the tests marked `wheel` (pyproject.toml): test-wheel runs them
 pytest: $(STAMP)
 	@status=0; \
 	$(BIN)/python -m pytest tests -p no:cacheprovider || status=1; \
@@ -96,6 +102,11 @@ pytest: $(STAMP)
 	$(NBVAL_ENV) $(BIN)/python -m pytest book --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/sanitize.cfg -p no:cacheprovider || status=1; \
 	exit $$status
+
+# flashlab as a student installs it: a wheel in a fresh venv, every notebook and handout run from
+# it (tests/test_wheel.py; -s prints each phase's wall time)
+test-wheel: $(STAMP)
+	$(BIN)/python -m pytest tests/test_wheel.py -m wheel -s -p no:cacheprovider
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/

@@ -6,11 +6,11 @@ the kernels behind ``flashlab.flash_attention`` need, and take seconds to load).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
-def lazy_face(package: str, exports: dict[str, Iterable[str]]
+def lazy_face(package: str, exports: Mapping[str, Iterable[str]]
               ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``exports`` maps each module to the names it
     provides. A name is looked up in its module on first access (and cached in the package's

@@ -142,5 +142,6 @@ def total(steps: Iterable[Step]) -> Step:
     for s in steps:
         for k, f in s.matmuls.items():
             matmuls[k] = matmuls.get(k, 0) + f
-    return Step(StepName.TOTAL, *(sum(getattr(s, f) for s in steps) for f in COST_FIELDS[1:]),
-                matmuls=matmuls)
+    flops, bytes_read, bytes_written, allocated, workspace = (sum(getattr(s, f) for s in steps)
+                                                              for f in COST_FIELDS[1:])
+    return Step(StepName.TOTAL, flops, bytes_read, bytes_written, allocated, workspace, matmuls=matmuls)

@@ -233,7 +233,8 @@ class MLAForward:
     options: dict
 
 
-def _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow) -> tuple[int, ...]:
+def _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow
+                    ) -> tuple[int, int, int, int, int, int, int, int, Dataflow]:
     """Check the five operands; return ``(B, H, Sq, Sk, Dn, Dr, Dv, Hr, dataflow)``."""
     dataflow = check_dataflow(dataflow)
     shapes = {"q_nope": "(B, H, Sq, Dn)", "k_nope": "(B, H, Sk, Dn)", "v": "(B, H, Sk, Dv)",
@@ -285,12 +286,11 @@ def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = Dataflow.R
     :class:`MLAForward` with ``o`` (B, H, Sq, Dv), ``lse`` and the ``ledger``. The four
     dataflows compute the same ``o`` up to rounding.
     """
-    B, H, Sq, Sk, Dn, Dr, Dv, Hr, dataflow = _check_operands(q_nope, k_nope, v, q_rope, k_rope,
-                                                             dataflow)
+    B, H, Sq, Sk, Dn, Dr, Dv, Hr, flow = _check_operands(q_nope, k_nope, v, q_rope, k_rope, dataflow)
     opts = dict(scale=1.0 / math.sqrt(Dn + Dr) if scale is None else scale, causal=causal,
                 block_q=block_q, block_k=block_k)
     ledger: list[Step] = []
-    pad_v, split = dataflow.pad_v, dataflow.split_rope
+    pad_v, split = flow.pad_v, flow.split_rope
     if split:
         # S = scale (Q_nope K_nope^T + Q_rope K_rope^T): the kernel takes the rope pair itself
         q, k, q_r, k_r = q_nope, k_nope, q_rope, k_rope
@@ -308,7 +308,7 @@ def mla_forward(q_nope, k_nope, v, q_rope, k_rope, *, dataflow: str = Dataflow.R
     saved = dict(q=q, k=k, v=v_att, o=o_att, lse=lse)
     if split:
         saved.update(q_rope=q_rope, k_rope=k_rope)
-    return MLAForward(o, lse, ledger, dataflow, saved, (Dn, Dr, Dv, Hr), opts)
+    return MLAForward(o, lse, ledger, flow, saved, (Dn, Dr, Dv, Hr), opts)
 
 
 def mla_backward(do, fwd: MLAForward) -> tuple[tuple[np.ndarray, ...], list[Step]]:

@@ -159,7 +159,7 @@ class MLAProblem:
                 dict(causal=self.causal, elem=self.elem))
 
 
-def check_ideas(ideas: Iterable[str]) -> frozenset[str]:
+def check_ideas(ideas: Iterable[str]) -> frozenset[dataflows.Idea]:
     """``ideas`` as a frozenset, each one of :data:`~flashlab.dataflows.IDEAS` (``ValueError``
     naming any other)."""
     names = tuple(map(str, IDEAS))

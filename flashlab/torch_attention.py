@@ -309,8 +309,8 @@ class _EagerAttention(torch.autograd.Function):
             if dout.dtype != q.dtype:   # as _backward_impl: the forward's dtype
                 dout = dout.to(q.dtype)
             # the forward's own LSE (None) unless the caller was given it as a tensor
-            lse = None if not saved_lse else _numpy("softmax_lse", saved_lse[0])
-            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout), lse)
+            given = None if not saved_lse else _numpy("softmax_lse", saved_lse[0])
+            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout), given)
             dq, dk, dv = (_tensor(g) for g in grads)
         else:
             lse = saved_lse[0] if saved_lse else torch.from_numpy(ctx.state.lse)
@@ -320,8 +320,9 @@ class _EagerAttention(torch.autograd.Function):
                 dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options,
                                           ctx.alibi_slopes)
             else:
-                dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, *ctx.options,
-                                            ctx.alibi_slopes)
+                dropout_p, softmax_scale, causal, window_left, window_right = ctx.options
+                dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, dropout_p, softmax_scale,
+                                            causal, window_left, window_right, ctx.alibi_slopes)
         # one gradient per forward input: q, k, v, then None for the options and flags
         return (dq, dk, dv) + (None,) * 8
 

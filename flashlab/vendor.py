@@ -35,12 +35,17 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flashlab import cost, rect
 from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline.hardware import ASCEND_910B, ASCEND_910B_AI_CORE, roofline_time
+
+if TYPE_CHECKING:
+    from flashlab.pipeline.params import HardwareProfile
 
 __all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "PARTLY", "Estimate", "VendorRow", "verdict",
            "verdicts", "SENSITIVITY_PARAMETERS", "sensitivity",
@@ -239,7 +244,7 @@ class _Inputs:
     mla_cpu: dict        # (dataflow, direction) -> measured MLA row
     cpu_note: str
     shape: str
-    chip: object         # the chip profile the roofline columns use
+    chip: HardwareProfile   # the chip profile the roofline columns use
 
     def npu(self, flow, names=None, hit=cost.KV_RESIDENT) -> float:
         return _npu_seconds(self.fwd[hit, flow], names, self.chip)
@@ -448,6 +453,7 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
         ratios.append(unfused / roofline_time(x.chip, *ops["FlashAttention (fused)"]))
     n_cpu = max(r["n"] for r in full["cases"] if _attention_case(full, "numpy_naive", "forward", r["n"]))
     naive, fl = (_attention_case(full, i, "forward", n_cpu) for i in ("numpy_naive", "flashlab"))
+    assert naive is not None and fl is not None, f"the committed run has both forwards at N = {n_cpu}"
     cpu_fa = naive["seconds"] / fl["seconds"]
     roof_fa = _span(ratios, "{:.2f}", "S = 4096, D = 128, bf16: QK^T, softmax, PV as separate "
                                       "operators / fused, K/V hit rate 0–1", like=True)
@@ -529,7 +535,7 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     is not modelled a dash (so the table fits the page's column without scrolling). With
     ``notes``, below it, row by row: what the vendor's number and ours measure, the whole verdict,
     what each estimate compares and why a dash is one."""
-    rows = vendor_table(**kwargs)
+    rows: Sequence[VendorRow] = vendor_table(**kwargs)
     if keys is not None:
         by_key = {r.key: r for r in rows}
         rows = [by_key[k] for k in keys]

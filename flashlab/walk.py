@@ -139,14 +139,14 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     kh = p.k[b, hk].astype(ct, copy=False)
     vh = p.v[b, hk].astype(ct, copy=False)
     has_rope = p.q_rope is not None
-    qrh = krh = None
-    if has_rope:
+    no_rope = np.zeros((1, 1), dtype=ct)
+    qrh = krh = no_rope
+    if p.q_rope is not None and p.k_rope is not None:
         qrh = p.q_rope[b, h].astype(ct, copy=False)
         krh = p.k_rope[b, h // (H // p.k_rope.shape[1])].astype(ct, copy=False)
-    no_rope = np.zeros((1, 1), dtype=ct)
     has_mask = p.mask is not None
     mask2d = (p.mask[b if p.mask.shape[0] > 1 else 0, h if p.mask.shape[1] > 1 else 0]
-              if has_mask else np.zeros((1, 1), dtype=np.bool_))
+              if p.mask is not None else np.zeros((1, 1), dtype=np.bool_))
     left, right, bq, bk = p.left, p.right, p.block_q, p.block_k
     n_qb, n_kb = cdiv(Sq, bq), cdiv(Sk, bk)
 

@@ -10,13 +10,18 @@ by the model and teaching layers):
 - ``base``: pure-Python helpers every module may use (argument checks, tile arithmetic, the
   operator names);
 - two columns side by side, neither importing the other: ``attention`` (masks, validation,
-  reference, the Numba kernels, the CUDA twin, the API and its front doors) and ``hardware``
-  (the pure-Python AI Core model, no Numba);
+  reference, the Numba kernels and, on their floor, the CUDA twin ``gpu/``, the API and its
+  front doors) and ``hardware`` (the pure-Python AI Core model, no Numba);
 - ``model``: the cost, MLA and RECT-FA models, which join the two columns;
 - ``teaching``: drawings, walks, explorers, exercise checkers and the benchmark.
 
 Within a tier (and within a column) the layers are listed bottom first; a module may import
 modules of its own layer or below, and modules of any lower tier.
+
+Every package is ordered inside as well (:data:`PACKAGES`): its modules on floors, bottom first,
+every module of the package named, its ``__init__`` (the package's face) on the top floor; a
+module imports modules of its own package from its floor or below only. A new module, or a new
+package, fails :func:`test_every_package_puts_each_module_on_a_floor` until it is given a floor.
 """
 from __future__ import annotations
 
@@ -43,9 +48,11 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
             ("flashlab.input_scan", "flashlab.dropout", "flashlab.masks", "flashlab.rope"),
             ("flashlab.validation",),
             ("flashlab.reference",),
-            ("flashlab.kernels",),
+            # the CUDA twin beside the CPU kernels: it checks with validation, as the API does,
+            # and imports nothing above
+            ("flashlab.kernels", "flashlab.gpu"),
             ("flashlab.api",),
-            ("flashlab.cann", "flashlab.compat", "flashlab.gpu"),
+            ("flashlab.cann", "flashlab.compat"),
             ("flashlab.__init__", "flashlab.torch_attention"),
         ],
         "hardware": [
@@ -74,6 +81,29 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
     ]},
 }
 
+#: package -> its modules (the last part of their names) on floors, bottom first. The hardware
+#: column lists the modules of ``flashlab.pipeline`` one by one, so its floors are read from there.
+PACKAGES: dict[str, list[tuple[str, ...]]] = {
+    "flashlab.data": [("__init__",)],
+    "flashlab.kernels": [("intrinsics", "blas"), ("tile",), ("forward", "backward", "decode"), ("__init__",)],
+    "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("attention",),
+                     ("__init__", "bench")],
+    "flashlab.cann": [("attributes", "sparse_modes"), ("layouts",), ("varlen",), ("plan",), ("pse",),
+                      ("operator",), ("__init__",)],
+    "flashlab.pipeline": [tuple(name.rsplit(".", 1)[1] for name in layer)
+                          for layer in TIERS["stacks"]["hardware"]],
+    "flashlab.viz": [("code", "style"),
+                     ("backward", "gantt", "hierarchy", "mla", "performance", "roofline", "rope", "sparse_modes",
+                      "tiles"),
+                     ("masks",), ("__init__",)],
+    "flashlab.exercises": [("_core",), ("_capstone", "_variants", "foundations", "gpu", "rect"), ("grading",),
+                           ("__init__",)],
+    "flashlab.widgets": [("tiles", "pipeline"), ("__init__",)],
+    "flashlab.bench": [("config", "overhead"), ("inputs", "estimates"), ("runners",), ("decode", "measure"),
+                       ("report", "targets"), ("explorers",), ("suite",), ("ceiling",), ("cli", "_page"),
+                       ("__init__", "__main__")],
+}
+
 #: edges tolerated against the rules, each with its reason (none today)
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
@@ -98,6 +128,38 @@ def may_import(importer: str, imported: str) -> bool:
     """A lower tier, or the same column at the same or a lower layer."""
     (t, column, i), (u, other, j) = place_of(importer), place_of(imported)
     return u < t or (u == t and other == column and j <= i)
+
+
+def floor_of(name: str) -> tuple[str, int] | None:
+    """``(package, floor index)`` of a module inside its package (:data:`PACKAGES`); ``None`` for
+    a top-level module; ``LookupError`` for a module of a package that has no floor for it."""
+    package, _, short = name.rpartition(".")
+    if package == "flashlab":
+        return None
+    if package not in PACKAGES:
+        raise LookupError(f"{name}: package {package} is missing from PACKAGES")
+    for i, floor in enumerate(PACKAGES[package]):
+        if short in floor:
+            return package, i
+    raise LookupError(f"{name}: no floor in PACKAGES[{package!r}]")
+
+
+def may_import_within(importer: str, imported: str) -> bool:
+    """Inside one package: the imported module's floor is the importer's or below. Modules of
+    different packages are judged by :func:`may_import` alone (always true here)."""
+    mine, theirs = floor_of(importer), floor_of(imported)
+    if mine is None or theirs is None or mine[0] != theirs[0]:
+        return True
+    return theirs[1] <= mine[1]
+
+
+def packages() -> dict[str, set[str]]:
+    """Every package of flashlab below the top one -> the last parts of its modules' names."""
+    out: dict[str, set[str]] = {}
+    for init in PACKAGE.rglob("__init__.py"):
+        if init.parent != PACKAGE:
+            out[module_name(init).rsplit(".", 1)[0]] = {p.stem for p in init.parent.glob("*.py")}
+    return out
 
 
 def module_name(path: Path) -> str:
@@ -172,6 +234,21 @@ def test_no_upward_import():
     assert not bad, "imports against the layers:\n" + "\n".join(sorted(bad))
 
 
+def test_every_package_puts_each_module_on_a_floor():
+    found = packages()
+    assert set(found) == set(PACKAGES), "packages without floors, or floors of a package that is gone"
+    for package, modules in found.items():
+        named = [m for floor in PACKAGES[package] for m in floor]
+        assert sorted(named) == sorted(modules), f"{package}: floors {sorted(named)} != modules {sorted(modules)}"
+        assert "__init__" in PACKAGES[package][-1], f"{package}: the face (__init__) belongs on the top floor"
+
+
+def test_no_import_climbs_a_floor_inside_a_package():
+    bad = [f"{mod} {floor_of(mod)} -> {dep} {floor_of(dep)}"
+           for mod, deps in import_graph().items() for dep in deps if not may_import_within(mod, dep)]
+    assert not bad, "imports climbing a package's floors:\n" + "\n".join(sorted(bad))
+
+
 def test_the_two_stacks_do_not_import_each_other():
     crossing = [f"{mod} -> {dep}" for mod, deps in import_graph().items() for dep in deps
                 if {place_of(mod)[1], place_of(dep)[1]} == {"attention", "hardware"}]
@@ -187,6 +264,17 @@ def test_the_rules_catch_a_crossing_and_an_upward_edge():
     assert may_import("flashlab.mla", "flashlab.api")
     assert may_import("flashlab.replay", "flashlab.kernels.tile")
     assert may_import("flashlab.pipeline.simulate", "flashlab.arguments")
+    # the CUDA twin sits on the kernels' floor: below the API and the doors, above validation
+    assert may_import("flashlab.gpu.attention", "flashlab.validation")
+    assert not may_import("flashlab.gpu.attention", "flashlab.api")
+    assert not may_import("flashlab.gpu.forward", "flashlab.compat")
+    assert may_import("flashlab.compat", "flashlab.gpu.attention")
+    # and inside a package, its floors
+    assert not may_import_within("flashlab.gpu.tiles", "flashlab.gpu.forward")
+    assert not may_import_within("flashlab.kernels.tile", "flashlab.kernels.forward")
+    assert not may_import_within("flashlab.cann.plan", "flashlab.cann.operator")
+    assert may_import_within("flashlab.gpu.attention", "flashlab.gpu.target")
+    assert may_import_within("flashlab.cann.plan", "flashlab.masks")
 
 
 @pytest.mark.parametrize("module", ["flashlab", "flashlab.pipeline", "flashlab.pipeline.settings"])

@@ -1,20 +1,21 @@
 """flashlab installed as a wheel, not editable, into a fresh venv (issue #21 point 1, #25 point 2).
 
-One venv for the module (built once, ~1-2 min from pip's cache): ``requirements-student.txt``
-(what a student installs: it must be enough to run every chapter) and the wheel ``pip wheel .``
-builds, with ``--no-deps``. Then, each from an empty folder outside the repository:
+Slow, so behind the ``wheel`` marker (pyproject.toml): plain ``pytest`` and ``make test`` leave
+these out, ``make test-wheel`` (``pytest -m wheel``) runs them, as CI does in a step of its own.
+
+One venv for the module (built once from pip's cache): ``requirements-student.txt`` (what a
+student installs: it must be enough to run every chapter) and the wheel ``pip wheel .`` builds,
+with ``--no-deps``. Then, each from a folder outside the repository:
 
 * ``tests/wheel/smoke.py``: every function of ``flashlab.__all__``, the vendor tables and the
   package data, the explorers' static rendering;
-* every notebook of the book, copied alone into an empty folder and executed there;
-* every handout (``tools/handout.py``), executed where it is written.
+* every notebook of the book, each copied alone into an empty folder, and every handout
+  (``tools/handout.py``) where it is written: all of them by one ``tests/wheel/run_notebooks.py``,
+  with the one venv's Python, as many kernels at a time as there are CPUs.
 
 Numba compiles once: the kernels are cached beside the installed package (site-packages of the
-venv is writable), so the notebooks after the first, and the handouts, load them.
-Measured 2026-11-27 on the shared 2-core machine at a load average of 10 to 16: 43 min of wall
-time (venv 241 s, smoke with the cold compile 724 s, notebooks 1037 s, handouts 552 s) but
-8.8 min of CPU time, so several minutes on an idle 2-core CI machine.
-Set ``FLASHLAB_SKIP_WHEEL=1`` to skip these (they re-execute the whole book twice).
+venv is writable); the smoke test compiles them, the notebooks and handouts load them.
+Each phase prints its wall time (``pytest -s`` shows them).
 """
 from __future__ import annotations
 
@@ -32,8 +33,7 @@ from tools import handout
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent / "wheel"
 
-pytestmark = pytest.mark.skipif(os.environ.get("FLASHLAB_SKIP_WHEEL") == "1",
-                                reason="FLASHLAB_SKIP_WHEEL=1: wheel install tests skipped")
+pytestmark = pytest.mark.wheel
 
 
 def _run(cmd: list, cwd: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -75,23 +75,27 @@ def test_wheel_ships_the_data_and_licences(venv_python):
 
 
 def test_smoke_from_an_empty_folder(venv_python, tmp_path):
+    start = time.perf_counter()
     out = _run([venv_python, HERE / "smoke.py"], cwd=tmp_path)
+    print(f"smoke (with the cold Numba compile) in {time.perf_counter() - start:.0f} s")
     assert "smoke: 9 checks passed" in out.stdout, out.stdout
 
 
-def test_every_notebook_runs_from_an_empty_folder(venv_python, tmp_path):
-    notebooks = sorted((ROOT / "book").glob("*.ipynb"))
-    for nb in notebooks:
-        folder = tmp_path / nb.stem
-        folder.mkdir()
-        shutil.copy(nb, folder)
-    out = _run([venv_python, HERE / "run_notebooks.py", *(tmp_path / nb.stem / nb.name for nb in notebooks)],
-               cwd=tmp_path)
+def test_every_notebook_and_handout_runs(venv_python, tmp_path):
+    """The chapters, each alone in an empty folder, and the handouts, where tools/handout.py
+    writes them: one run_notebooks.py, one venv."""
+    start = time.perf_counter()
+    chapters = sorted((ROOT / "book").glob("*.ipynb"))
+    copies = []
+    for nb in chapters:
+        folder = tmp_path / "chapters" / nb.stem
+        folder.mkdir(parents=True)
+        copies.append(Path(shutil.copy(nb, folder)))
+    handouts = handout.write_handouts(tmp_path / "handout")
+    assert chapters and handouts
+    out = _run([venv_python, HERE / "run_notebooks.py", *copies, *handouts], cwd=tmp_path)
     print(out.stdout)
-    assert len(out.stdout.split("\n")) >= len(notebooks)
-
-
-def test_every_handout_runs_where_it_is_written(venv_python, tmp_path):
-    written = handout.write_handouts(tmp_path / "handout")
-    out = _run([venv_python, HERE / "run_notebooks.py", *written], cwd=tmp_path)
-    print(out.stdout)
+    names = [line.partition(" ")[0] for line in out.stdout.splitlines()]   # "<folder>/<name> <seconds>"
+    ran = [name for name in names if name.endswith(".ipynb")]
+    assert sorted(ran) == sorted([f"{p.parent.name}/{p.name}" for p in copies + handouts])
+    print(f"notebooks and handouts in {time.perf_counter() - start:.0f} s")

@@ -97,7 +97,7 @@ def backward_ceiling(n: int = 2048, heads: int = 8, d_qk: int = 128, d_v: int = 
         peaks = [matmul_gflops(matmul_n)["gflops"]] if matmul_n else []
         for once in calls.values():
             once()
-        times = {name: [] for name in calls}
+        times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(rounds):
             for name, once in calls.items():
                 times[name].append(once())

@@ -116,7 +116,8 @@ class BenchConfig:
 
     def block_for(self, direction: str) -> tuple[int, int]:
         """flashlab's ``(block_q, block_k)`` for cases of ``direction``."""
-        return tuple(self.block if direction == "forward" else self.backward_block)
+        block_q, block_k = self.block if direction == "forward" else self.backward_block
+        return block_q, block_k
 
     @classmethod
     def from_dict(cls, d: dict) -> "BenchConfig":

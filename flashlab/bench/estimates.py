@@ -4,6 +4,8 @@ that cannot fit, and the modelled MLA peak.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from flashlab.bench.config import Case
 from flashlab.cost import (
     attention_backward_flops,
@@ -99,7 +101,7 @@ def mla_model_peak(case: Case) -> int:
     from flashlab.mla import ledger_peak
 
     args = (case.batch, case.heads, case.n, case.d_qk, case.d_rope, case.d_v)
-    kw = dict(dataflow=case.impl.split(":", 1)[1], causal=case.causal, elem=4)
+    kw: dict[str, Any] = dict(dataflow=case.impl.split(":", 1)[1], causal=case.causal, elem=4)
     steps = mla_forward_steps(*args, **kw)
     if case.direction == "backward":
         steps = steps + mla_backward_steps(*args, block_q=case.block[0], **kw)

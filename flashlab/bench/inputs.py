@@ -15,7 +15,8 @@ def make_inputs(n: int, *, batch: int = 1, heads: int = 8, d: int = 128, d_v: in
     """Random float32 (q, k, v): q, k (batch, heads, n, d), v (batch, heads, n, d_v or d)."""
     rng = np.random.default_rng(seed)
     dims = (d, d, d if d_v is None else d_v)
-    return tuple(rng.standard_normal((batch, heads, n, dd), dtype=np.float32) for dd in dims)
+    q, k, v = (rng.standard_normal((batch, heads, n, dd), dtype=np.float32) for dd in dims)
+    return q, k, v
 
 
 def make_mla_inputs(n: int, *, batch: int = 1, heads: int = 8, d_nope: int = 128,

@@ -133,7 +133,8 @@ def run_worker(case_json: str) -> None:
 
 def _matmul_operands(n: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    return tuple(rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    return a, b
 
 
 def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: float = 30.0,

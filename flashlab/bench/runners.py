@@ -92,7 +92,8 @@ def _torch_runner(case: Case) -> Runner:
     def forward_with_graph():
         # new leaves each time, so that gradients never accumulate across calls
         leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
-        return leaves, F.scaled_dot_product_attention(*leaves, is_causal=case.causal)
+        lq, lk, lv = leaves
+        return leaves, F.scaled_dot_product_attention(lq, lk, lv, is_causal=case.causal)
 
     def training_step():
         leaves, o = forward_with_graph()
@@ -111,7 +112,7 @@ def _mla_runner(case: Case) -> Runner:
     q_nope, k_nope, v, q_rope, k_rope = make_mla_inputs(
         case.n, batch=case.batch, heads=case.heads, d_nope=case.d_qk, d_rope=case.d_rope,
         d_v=case.d_v)
-    opts = dict(dataflow=case.impl.split(":", 1)[1], causal=case.causal,
+    opts: dict[str, Any] = dict(dataflow=case.impl.split(":", 1)[1], causal=case.causal,
                 block_q=case.block[0], block_k=case.block[1])
 
     def forward():

@@ -201,11 +201,13 @@ def _derive(rows: list[dict]) -> None:
         if r["status"] != "ok":
             continue
         r["flops"] = case_flops(Case.from_dict(r))
-        r["tile_fraction"] = tile_fraction(r["n"], *r["block"], r["causal"])
+        block_q, block_k = r["block"]
+        r["tile_fraction"] = tile_fraction(r["n"], block_q, block_k, r["causal"])
         r["gflops"] = r["flops"] / r["seconds"] / 1e9
         r["fraction_of_matmul_peak"] = r["gflops"] / r["matmul_gflops"]
         if r["impl"].startswith("mla:"):
             r["model_peak_bytes"] = mla_model_peak(Case.from_dict(r))
+        bases: tuple[str, ...]
         if r["impl"] == "flashlab":
             bases = BASELINES
         elif r["impl"].startswith("mla:") and r["impl"] != "mla:baseline":
@@ -252,7 +254,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         result["notes"].append("torch is not installed: torch SDPA cases skipped "
                                "(pip install -r requirements-bench.txt).")
     say(f"matmul peak (numpy float32 {config.matmul_n}^3) ...")
-    matmul = {"start": matmul_gflops(config.matmul_n, config.matmul_repeats), "groups": []}
+    matmul: dict[str, Any] = {"start": matmul_gflops(config.matmul_n, config.matmul_repeats), "groups": []}
     if config.first_call:
         say(f"numba first call ({'compile and ' if config.first_call == 'compile' else ''}cache load) ...")
     result["numba_first_call"] = (numba_first_call(config.first_call == "compile")
@@ -275,10 +277,10 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         groups.setdefault(shape_key(c), []).append(c)
     done: dict[Case, dict] = {}
     for group in groups.values():
-        rows, mm = run_group(group, config, has_torch=has_torch, done=done)
+        measured, mm = run_group(group, config, has_torch=has_torch, done=done)
         if mm:
             matmul["groups"].append(mm)
-        for c, row in rows.items():
+        for c, row in measured.items():
             done[c] = row
             what = (f"{row['seconds'] * 1e3:.1f} ms" if row["status"] == "ok"
                     else f"{row['status']}: {row['reason']}")

@@ -271,7 +271,9 @@ def diagnose_cases(exercise: str, got: np.ndarray, expected: np.ndarray, cases: 
                   success=success)
     if fb.mistake not in ("wrong_value", "non_finite", "low_precision"):
         return fb
-    wrong = ~close_elements(got, expected, rtol, atol)
+    close = close_elements(got, expected, rtol, atol)
+    assert close is not None, "a wrong value means numeric arrays of one shape"
+    wrong = ~close
     i = int(np.argmax(wrong))
     return Feedback(exercise, False, f"for {describe(cases[i])} your function returned {fmt(got[i])}; the "
                     f"answer is {fmt(expected[i])} ({int((~wrong).sum())} of {len(cases)} cases are "

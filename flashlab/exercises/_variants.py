@@ -126,7 +126,8 @@ def rope_interleaved(x, positions, base):
 
 
 def pipeline_time_ragged(t_load, t_compute, buffers):
-    load_end, compute_end = [], []
+    load_end: list[float] = []
+    compute_end: list[float] = []
     for j, (a, b) in enumerate(zip(t_load, t_compute)):
         # copy j starts after copy j-1 and once compute j-buffers has freed its buffer
         start = max(load_end[-1] if j else 0.0, compute_end[j - buffers] if j >= buffers else 0.0)

@@ -80,7 +80,8 @@ def check_arithmetic_intensity(fn: Callable[[int, int, int, int], float]) -> Fee
     twice (read and written), elements instead of bytes, integer division, bytes per FLOP.
     """
     ex = "arithmetic intensity"
-    parts, answers = [], {name: [] for name in ("no_factor_2", "c_not_counted", "c_counted_twice",
+    parts: list = []
+    answers: dict[str, list] = {name: [] for name in ("no_factor_2", "c_not_counted", "c_counted_twice",
                                                 "elements_not_bytes", "integer_division", "inverted")}
     for m, n, k, e in _GEMM_CASES:
         got, fail = call_quietly(ex, fn, m, n, k, e)
@@ -671,7 +672,8 @@ def check_tile_class(fn: Callable[[int, int, int, int, int, int], int]) -> Feedb
         "no_negative_band": "with left + right < 0 no row allows any key (the interval "
                             "[i - left, i + right] is empty), so every tile is EMPTY; test that first.",
     }
-    mistakes = [Mistake(name, [_classify(lambda *t, name=name: tile_class_variant(*t, name), band)
+    mistakes = [Mistake(name, [_classify(lambda i0, i1, j0, j1, left, right, name=name:
+                                          tile_class_variant(i0, i1, j0, j1, left, right, name), band)
                                for band in _TILE_BANDS], hint)
                 for name, hint in hints.items()]
     named = [(f"the classes for (left, right) = {band}", got, exp) for band, got, exp in parts]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from flashlab import cost
-from flashlab.dataflows import REMOVES
+from flashlab.dataflows import REMOVES, Idea
 from flashlab.exercises._core import Feedback, Mistake, call_cases, call_student, diagnose, diagnose_cases
 from flashlab.kernels.tile import score_tile
 from flashlab.pipeline.simulate import simulate, two_stage_graph
@@ -214,6 +214,7 @@ def check_pipeline_time(fn: Callable[..., Any]) -> Feedback:
     got, fb = call_cases(ex, fn, cases, describe, "the total time")
     if fb is not None:
         return fb
+    assert got is not None      # no feedback: every case returned a number
     # the truth: the discrete-event simulator on the two-stage task graph
     expected = np.array([simulate(two_stage_graph(a, b, n, k)).makespan for n, a, b, k in cases])
 
@@ -278,7 +279,8 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
     got, fb = call_cases(ex, fn, cases, describe, "the bytes read plus the bytes written")
     if fb is not None:
         return fb
-    removed = REMOVES["split_rope"]
+    assert got is not None      # no feedback: every case returned a number
+    removed = REMOVES[Idea.SPLIT_ROPE]
 
     def truth(b, h, s, dn, dr, e):
         # the native_v forward's steps (V is not involved: d_v = d_nope), those split RoPE removes
@@ -342,6 +344,7 @@ def check_attention_flops(fn: Callable[..., Any]) -> Feedback:
     got, fb = call_cases(ex, fn, cases, describe, "the forward's FLOPs")
     if fb is not None:
         return fb
+    assert got is not None      # no feedback: every case returned a number
 
     def flops(b, h, sq, sk, d_qk, d_v, causal, pairs=None):
         # 2 P (d_qk + d_v), P = b h * attended pairs of one head (or the pairs a mistake counts)

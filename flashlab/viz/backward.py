@@ -75,7 +75,7 @@ def matmul_flops_per_tile(steps: tuple[AlgorithmStep, ...], block_q: int, block_
     """
     for name, x in (("block_q", block_q), ("block_k", block_k), ("d_qk", d_qk), ("d_v", d_v)):
         as_int(name, x, lo=1)
-    dims = {"qk": d_qk, "v": d_v}
+    dims: dict[str | None, int] = {"qk": d_qk, "v": d_v}
     return sum(2 * block_q * block_k * dims[s.dim] for s in steps if s.kind == MATMUL)
 
 

@@ -71,7 +71,7 @@ def _default_pools(result: SimResult) -> list[str]:
 
 def _lanes(result: SimResult, pools: Sequence[str]) -> list[tuple[str, str, int | None]]:
     """(label, engine-or-pool, slot) from top to bottom."""
-    lanes = [(e, e, None) for e in result.engines]
+    lanes: list[tuple[str, str, int | None]] = [(e, e, None) for e in result.engines]
     for p in pools:
         n = result.graph.pools[p]
         lanes += [(f"{p} {slot_name(s, n)}".strip(), p, s) for s in range(n)]
@@ -298,6 +298,7 @@ class GanttView:
 
     def _changing(self) -> list:
         """The artists a result changes, in drawing order (lowest zorder first)."""
+        assert self.fig is not None, "show a result first"
         ax, ux = self.fig.axes[:2]
         out = [ax.xaxis, ax.yaxis, *ax.collections, *ax.patches, *ax.lines, *ax.texts,
                *ax.spines.values(), ax.title, *ux.patches, *ux.texts, *ux.spines.values()]
@@ -309,6 +310,7 @@ class GanttView:
         (:func:`flashlab.viz.style.background_of`); every call restores the background and
         draws only the changing artists over it (:func:`~flashlab.viz.style.blit_png`): no
         full draw after the first."""
+        assert self.frame is not None, "show a result first"
         fig, background = self._kept[self.frame]
         if background is None:
             background = background_of(fig, self._changing())
@@ -387,7 +389,7 @@ def gantt_grid(results: Sequence[Sequence[SimResult]], *, row_labels: Sequence[s
             _, k = _draw_lanes(ax, r, ps, scale, False, True)
             kinds |= k
             slots = max([slots] + [r.graph.pools[p] for p in ps])
-            parts = [x for x in ((row_labels or [None] * n_r)[a], (col_labels or [None] * n_c)[b]) if x]
+            parts = [x for x in (row_labels[a] if row_labels else None, col_labels[b] if col_labels else None) if x]
             ax.set_title(f"{', '.join(parts)}: makespan {r.makespan * scale:.3g} {unit}".lstrip(": "),
                          fontsize=8)
             ax.tick_params(axis="both", labelsize=6)

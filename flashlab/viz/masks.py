@@ -16,7 +16,7 @@ entry that is computed but masked out or thrown away is its tile's colour faded 
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -46,7 +46,7 @@ def class_legend(fig: Figure, **kwargs) -> None:
     """One legend of the three tile classes for the whole figure (below it by default)."""
     handles = [Patch(color=PALETTE[k], label=_LABELS[c])
                for c, k in ((EMPTY, "empty"), (PARTIAL, "partial"), (FULL, "full"))]
-    options = dict(loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.06))
+    options: dict[str, Any] = dict(loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.06))
     options.update(kwargs)
     fig.legend(handles=handles, **options)
 
@@ -218,7 +218,8 @@ def varlen_counts(lengths_q, lengths_k=None, *, block_q: int, block_k: int,
     pieces = sequence_tiles(lq, lk, block_q=block_q, block_k=block_k, **operator_mask)
     per_seq = sum(int(np.sum(p.classes != EMPTY)) for p in pieces)
     ok = packed_allowed(lq, lk, **operator_mask)
-    packed = int(np.sum(classify_tiles(*ok.shape, block_q, block_k, NO_LIMIT, NO_LIMIT, ~ok) != EMPTY))
+    sq, sk = ok.shape
+    packed = int(np.sum(classify_tiles(sq, sk, block_q, block_k, NO_LIMIT, NO_LIMIT, ~ok) != EMPTY))
     padded = len(lq) * cdiv(max(lq), block_q) * cdiv(max(lk), block_k)
     return VarlenCounts(per_seq, packed, padded)
 

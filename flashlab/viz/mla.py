@@ -14,6 +14,8 @@ Colours: :data:`flashlab.viz.style.PALETTE` (``q``, ``k``, ``v``, ``o`` for the 
 """
 from __future__ import annotations
 
+from typing import Any
+
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -29,7 +31,7 @@ PANELS = {
     "native_v": "native $D_v$: the kernel takes V and returns O at their own head dim",
 }
 
-_PAD = dict(facecolor="white", edgecolor=PALETTE["text"], hatch="///", linewidth=0.8)
+_PAD: dict[str, Any] = dict(facecolor="white", edgecolor=PALETTE["text"], hatch="///", linewidth=0.8)
 
 
 def _check_dims(d_nope, d_rope, d_v) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -166,7 +167,7 @@ def walk_legend_handles() -> list:
     """Legend entries of the walk figure: the three tile classes, the dots and the current tile."""
     from matplotlib.lines import Line2D
 
-    handles = [Patch(color=_CLASS_COLOUR[c], label=_CLASS_LABEL[c]) for c in (FULL, PARTIAL, EMPTY)]
+    handles: list[Artist] = [Patch(color=_CLASS_COLOUR[c], label=_CLASS_LABEL[c]) for c in (FULL, PARTIAL, EMPTY)]
     handles.append(Line2D([], [], ls="", marker="o", ms=4, color=PALETTE["text"],
                           label="dot: tile computed earlier"))
     handles.append(Patch(fill=False, ec=PALETTE["text"], lw=2,
@@ -222,7 +223,7 @@ class WalkView:
         self._rounding = _ROUNDING.get(walk.o.dtype, ERR_FLOOR)
 
         # ---- the left half: block map with the Q, K, V strips
-        left_fig, right_fig = fig.subfigures(1, 2, width_ratios=[1.2, 1.0])
+        left_fig, right_fig = fig.subfigures(1, 2, squeeze=False, width_ratios=[1.2, 1.0])[0]
         gs = left_fig.add_gridspec(3, 2, width_ratios=[0.06, 1], height_ratios=[0.05, 0.05, 1],
                                    hspace=0.05, wspace=0.03)
         ax_k = left_fig.add_subplot(gs[0, 1])
@@ -242,7 +243,7 @@ class WalkView:
         self._strips = {"q": _strip(ax_q, sq, bq, PALETTE["q"], True, "Q"),
                         "k": _strip(ax_k, sk, bk, PALETTE["k"], False, "K"),
                         "v": _strip(ax_v, sk, bk, PALETTE["v"], False, "V")}
-        self._on = {"q": None, "k": None, "v": None}
+        self._on: dict[str, int | None] = {"q": None, "k": None, "v": None}
         for strip_ax in (ax_q, ax_k, ax_v):
             strip_ax.yaxis.label.set_fontsize(f["label"])
 
@@ -284,8 +285,9 @@ class WalkView:
         if self._on[name] == block:
             return
         patches = self._strips[name]
-        if self._on[name] is not None:
-            patches[self._on[name]].set_facecolor(PALETTE["empty"])
+        on = self._on[name]
+        if on is not None:
+            patches[on].set_facecolor(PALETTE["empty"])
         if block is not None:
             patches[block].set_facecolor(colour)
         self._on[name] = block

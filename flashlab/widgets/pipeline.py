@@ -25,6 +25,7 @@ import dataclasses
 import html
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from flashlab.arguments import as_int
 from flashlab.pipeline.buffers import STRATEGIES
@@ -37,6 +38,11 @@ from flashlab.pipeline.settings import (
     summary,
 )
 from flashlab.pipeline.simulate import TIME_UNITS, SimResult
+
+if TYPE_CHECKING:   # matplotlib is imported when a chart is drawn
+    from matplotlib.figure import Figure
+
+    from flashlab.viz.gantt import GanttView
 
 __all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
            "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES",
@@ -69,10 +75,12 @@ def pipeline_grid(base: PipelineSettings | None = None, *,
                          "bandwidths=[TB/s, ...] for the columns")
     if not strategies:
         raise ValueError("strategies must name at least one strategy")
+    cols: list[dict[str, Any]]
     if tiles is not None:
         cols = [dict(block_q=bq, block_k=bk) for bq, bk in tiles]
         col_labels = [f"{bq}x{bk}" for bq, bk in tiles]
     else:
+        assert bandwidths is not None      # exactly one of the two, checked above
         cols = [dict(hbm_tb_s=float(bw)) for bw in bandwidths]
         col_labels = [f"{bw:g} TB/s" for bw in bandwidths]
     results = [[simulate_settings(dataclasses.replace(base, strategy=s, **c)) for c in cols]
@@ -189,8 +197,8 @@ class PipelineExplorer:
         self.baseline: SimResult | None = None
         self.speedup: float | None = None
         self.error: str | None = None
-        self.view = None       # the GanttView: one figure while the lanes stay the same
-        self.figure = None
+        self.view: GanttView | None = None   # one figure while the lanes stay the same
+        self.figure: Figure | None = None
         self.update()
 
     def read_controls(self) -> PipelineSettings:

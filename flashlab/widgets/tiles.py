@@ -13,12 +13,18 @@ animation) never needs it.
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 import flashlab
 from flashlab.tiling import cdiv
 from flashlab.walk import Walk, walk_forward
+
+if TYPE_CHECKING:   # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
+
+    from flashlab.viz.tiles import WalkView
 
 __all__ = ["MASK_KINDS", "PLAY_INTERVAL_MS", "PATCH", "demo_problem", "walk_demo", "frame_indices",
            "tile_walk_animation", "TileExplorer"]
@@ -155,13 +161,14 @@ class TileExplorer:
             self.info, self.out])
         self.walk: Walk | None = None
         self.o_ref: np.ndarray | None = None
-        self.view = None       # the WalkView of the current walk: built once per rebuild()
-        self.figure = None
+        self.view: WalkView | None = None   # the current walk's: built once per rebuild()
+        self.figure: Figure | None = None
         self.rebuild()
 
     @property
     def n_steps(self) -> int:
         """Number of steps of the current walk (one per tile, skipped tiles included)."""
+        assert self.walk is not None, "rebuild() makes the walk"
         return len(self.walk.steps)
 
     def rebuild(self) -> None:
@@ -193,7 +200,7 @@ class TileExplorer:
         ``with self.out: display(...)``: that works under any matplotlib backend and in
         kernels driven by a client that does not route captured output (nbval, scripts).
         """
-        if not self.draw_enabled or self.walk is None:
+        if not self.draw_enabled or self.walk is None or self.o_ref is None:
             return
         from flashlab.viz.tiles import WalkView
 
