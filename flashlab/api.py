@@ -110,7 +110,7 @@ def tile_options(p: Problem, ct, check_overflow: bool, want_dbias: bool = False)
         q_rope = k_rope = no_operand(ct)
     bias = no_operand(ct) if p.bias is None else contiguous(p.bias.astype(ct, copy=False))
     return TileOptions(
-        scale=ct(p.scale), softcap=ct(0.0), left=p.left, right=p.right, block_q=p.block_q,
+        scale=ct(p.scale), softcap=ct(p.softcap), left=p.left, right=p.right, block_q=p.block_q,
         block_k=p.block_k, mask=NO_MASK if p.mask is None else p.mask,
         has_mask=p.mask is not None, bias=bias, has_bias=p.bias is not None,
         slopes=NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes,
@@ -249,7 +249,7 @@ def _decode_forward(p: Problem, q, k, v, options: TileOptions, ct, o, lse, row_m
 
 def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                     q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
-                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
+                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
                     block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], door=None):
     """Tiled FlashAttention forward (online softmax; nothing of size Sq x Sk is stored).
 
@@ -276,6 +276,9 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         by ``1 / (1 - p)``. Entry (b, h, i, j) is dropped by a hash of ``seed`` and its
         counter ``offset + ((b H + h) Sq + i) Sk + j`` (:mod:`flashlab.dropout`): the same
         ``seed``/``offset`` give the same mask in every run and in the backward
+    softcap : logit soft-capping, flash_attn's (>= 2.6) and Gemma 2's: with ``softcap > 0`` the
+        scaled scores become ``softcap * tanh(s / softcap)`` before the bias, ALiBi and the
+        masks (``0.0``, the default, is off)
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
         512 x 256) were the fastest measured on this machine
@@ -306,9 +309,9 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         ``H % Hr == 0``; NaN or inf in an operand; ``scale`` not finite or not finite in the
         compute dtype; ``window`` not a pair; ``mask``/``bias`` not broadcastable to
         (B, H, Sq, Sk); ``bias`` with NaN or ``+inf``; ``block_q`` or ``block_k`` < 1;
-        ``dropout_p`` outside [0, 1); the scores overflowing the compute dtype (an overflow is
-        never reported as a masked row). Every message names the argument and the expected
-        shape or value.
+        ``dropout_p`` outside [0, 1); ``softcap`` negative or not finite; the scores
+        overflowing the compute dtype (an overflow is never reported as a masked row). Every
+        message names the argument and the expected shape or value.
 
     Notes
     -----
@@ -319,7 +322,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door,
+                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
+                door=door,
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
@@ -458,15 +462,15 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
 def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,
                              mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
                              alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0,
-                             offset=0, return_dbias=False, block_q=BACKWARD_BLOCK[0],
-                             block_k=BACKWARD_BLOCK[1], door=None):
+                             offset=0, softcap=0.0, return_dbias=False,
+                             block_q=BACKWARD_BLOCK[0], block_k=BACKWARD_BLOCK[1], door=None):
     """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
 
     Parameters
     ----------
     do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
     q, k, v, scale, causal, window, mask, q_rope, k_rope, bias, alibi_slopes, alibi_offset, \
-alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
+alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
         and they must be the ones the forward was called with (dropout: the same seed and
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
@@ -507,14 +511,17 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
 
     Notes
     -----
-    Deterministic: the same bits on every run and for any Numba thread count (see
+    With ``softcap`` the gradient is exact: dS picks up the factor
+    ``1 - tanh^2(s / softcap)`` of each scaled score ``s`` (dbias does not: the bias is added
+    after the cap). Deterministic: the same bits on every run and for any Numba thread count (see
     :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
     the forward. float16 inputs are computed in float32.
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door)
+                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
+                door=door)
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")

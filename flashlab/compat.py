@@ -50,7 +50,9 @@ step (flash_attn draws it from torch's generator, ``flashlab.torch_attention`` d
 same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``offset = sum over earlier sequences of H * sq * sk``, so no two sequences share counters.
 **ALiBi** adds ``-slope_h * |i + Sk - Sq - j|`` to the scores (``alibi_slopes`` ``(H,)`` or
-``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
+``(B, H)``). **Soft-capping** (``softcap > 0``, flash-attn 2.6+): the scaled scores become
+``softcap * tanh(s / softcap)`` before ALiBi and the masks, forward and backward.
+``block_table`` (paged KV) raises ``NotImplementedError``.
 
 Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
 
@@ -61,8 +63,7 @@ batch into sequences. Every check is a rule of :mod:`flashlab.validation` called
 flash_attn's names (:data:`FLASH_ATTN`, :data:`FLASH_ATTN_VARLEN`: ``q`` of shape
 ``(batch_size, seqlen_q, nheads, headdim)``, ``softmax_scale``, ``window_size``,
 ``cu_seqlens_q``, ...), the same rules the kernel API and the CANN operator run; only
-flash_attn-only features it lacks raise here (``softcap != 0``, ``block_table``:
-``NotImplementedError``).
+flash_attn-only feature it lacks raises here (``block_table``: ``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -159,6 +160,7 @@ class _Options:
     window_size: tuple[int, int]
     alibi_slopes: np.ndarray | None
     seed: int
+    softcap: float = 0.0
 
     def kernel_kwargs(self, sq: int, sk: int, slopes: np.ndarray | None, offset: int) -> dict:
         """Keywords of flashlab's kernels and reference for one ``(sq, sk)`` problem.
@@ -166,7 +168,8 @@ class _Options:
         The one place dropout and ALiBi reach the kernels.
         """
         kw: dict[str, Any] = {"scale": self.scale,
-                              "window": band_from_window(sq, sk, self.causal, self.window_size)}
+                              "window": band_from_window(sq, sk, self.causal, self.window_size),
+                              "softcap": self.softcap}
         if self.dropout_p > 0:
             kw.update(dropout_p=self.dropout_p, seed=self.seed, offset=offset)
         if slopes is not None:
@@ -177,12 +180,14 @@ class _Options:
 
 
 def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deterministic, *,
-                   remember: bool = False) -> tuple[float, float | None, bool, tuple[int, int]]:
-    """flash_attn's scalar options checked: ``(dropout_p, softmax_scale, causal, window_size)``.
+                   remember: bool = False
+                   ) -> tuple[float, float | None, bool, tuple[int, int], float]:
+    """flash_attn's scalar options checked:
+    ``(dropout_p, softmax_scale, causal, window_size, softcap)``.
 
     The rules of :mod:`flashlab.arguments` with flash_attn's argument names (the torch front
     door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
-    and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
+    and not in the op schema's). ``softcap``: a real number >= 0, 0.0 = off.
 
     ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
     by ``_scalars_key`` and not checked again (a training loop passes the same ones every
@@ -201,10 +206,8 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     window_size = check_pair("window_size", window_size, "ints >= -1")
     window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
                         for side, w in zip(("left", "right"), window_size))
-    softcap = as_real("softcap", softcap, what="a real number (0.0 = off)")
-    if softcap != 0:
-        raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
-    checked = dropout_p, softmax_scale, causal, window_size
+    softcap = as_real("softcap", softcap, lo=0.0, what="a real number >= 0 (0.0 = off)")
+    checked = dropout_p, softmax_scale, causal, window_size, softcap
     if key is not None:
         if len(_SCALARS) >= _PLANS_MAX:
             _SCALARS.clear()
@@ -213,19 +216,20 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
 
 
 #: :func:`scalar_options`' accepted answers by ``_scalars_key``, bounded as :data:`_PLANS`
-_SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int]]] = {}
+_SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int], float]] = {}
 
 
 def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
              seed, batch: int, heads: int) -> _Options:
-    dropout_p, softmax_scale, causal, window_size = scalar_options(
+    dropout_p, softmax_scale, causal, window_size, softcap = scalar_options(
         dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
     seed = check_seed("seed", seed)
     if alibi_slopes is not None:
         # validation's rule, on the whole array before a varlen call cuts it into sequences
         check_alibi_slopes(alibi_slopes, batch, heads)
     return _Options(float(dropout_p), None if softmax_scale is None else float(softmax_scale),
-                    bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed))
+                    bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed),
+                    float(softcap))
 
 
 def _slopes_of(opts: _Options, b: slice) -> np.ndarray | None:
@@ -270,7 +274,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softmax_scale : multiplies ``q k^T``; default ``1 / sqrt(headdim)``
     causal : bottom-right aligned causal mask (module docstring)
     window_size : ``(left, right)``, ints >= -1, -1 = unbounded, bottom-right aligned
-    softcap : must be 0.0
+    softcap : logit soft-cap, ``softcap * tanh(s / softcap)`` of the scaled scores; 0.0 = off
     alibi_slopes : (nheads,) or (batch_size, nheads), bias ``-slope * |i + Sk - Sq - j|``
     deterministic : accepted; flashlab's backward is always deterministic
     return_attn_probs : also return ``softmax_lse`` and ``attn_probs`` (module docstring)
@@ -286,9 +290,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Raises
     ------
     TypeError, ValueError
-        a wrong type/dtype or shape/value; the message names the argument and what it expects.
-    NotImplementedError
-        ``softcap != 0``.
+        a wrong type/dtype or shape/value (``softcap`` negative); the message names the
+        argument and what it expects.
     """
     out, lse, p, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
                                         softcap, alibi_slopes, deterministic, seed)

@@ -49,7 +49,8 @@ class TileStep:
     - ``tile_class``: EMPTY for a skipped tile, else the band's class (PARTIAL or FULL) from
       :func:`flashlab.masks.tile_class`;
     - ``masked``: whether ``mask_tile`` ran on this tile (band PARTIAL, or a dense mask given);
-    - ``s``: (r, c) scores after masking (masked = -inf), before the softmax; None when skipped;
+    - ``s``: (r, c) scores after soft-capping and masking (masked = -inf), before the softmax;
+      None when skipped;
     - ``p``: (r, c) $\tilde P = e^{S - m'}$; None when skipped;
     - ``m_prev``, ``m``, ``l``: (r,) running max before / after the tile, running denominator after;
     - ``acc``: (r, Dv) unnormalised output $\tilde O$ after the tile;
@@ -117,8 +118,8 @@ class Walk:
 
 
 def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                 q_rope=None, k_rope=None, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
-                 b: int = 0, h: int = 0) -> Walk:
+                 q_rope=None, k_rope=None, softcap=0.0, block_q=FORWARD_BLOCK[0],
+                 block_k=FORWARD_BLOCK[1], b: int = 0, h: int = 0) -> Walk:
     """Run the tiled forward for query head ``h`` of batch ``b`` one tile at a time; record it.
 
     Arguments and defaults as :func:`flashlab.flash_attention` (same shapes, same validation
@@ -129,7 +130,7 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     several tiles on a small problem, pass small ``block_q``/``block_k`` explicitly.
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
-                q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)
+                q_rope=q_rope, k_rope=k_rope, softcap=softcap, block_q=block_q, block_k=block_k)
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
     b = as_int("b", b, lo=0, hi=B - 1, what=f"an int in [0, {B})")
     h = as_int("h", h, lo=0, hi=H - 1, what=f"an int in [0, {H})")
@@ -185,7 +186,7 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                 continue
             s = np.empty((rows, j1 - j0), dtype=ct)
             kr = krh[j0:j1] if has_rope else no_rope
-            # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T), masked entries -inf
+            # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap), masked -inf
             tile_scores(s, qs, kh[j0:j1], qrs, kr, i0, j0, cls != FULL, mask2d, bias2d, slope,
                         s, False, options)
             masked = bool(cls != FULL or has_mask)
