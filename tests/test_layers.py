@@ -85,7 +85,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
 #: column lists the modules of ``flashlab.pipeline`` one by one, so its floors are read from there.
 PACKAGES: dict[str, list[tuple[str, ...]]] = {
     "flashlab.data": [("__init__",)],
-    "flashlab.kernels": [("intrinsics", "blas", "options"), ("tile",), ("forward", "backward", "decode"),
+    "flashlab.kernels": [("intrinsics", "blas", "options", "rowstep"), ("tile",), ("forward", "backward", "decode"),
                          ("__init__",)],
     "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("attention",),
                      ("__init__", "bench")],

@@ -1,6 +1,6 @@
 """The options record: everything a kernel needs besides its operands and outputs, in one value.
 
-:func:`flashlab.api` builds one :class:`TileOptions` per call from a checked
+:mod:`flashlab.api` builds one :class:`TileOptions` per call from a checked
 :class:`~flashlab.validation.Problem` (:func:`flashlab.api.tile_options`), and every CPU kernel
 takes it last: ``kernel(q, k, v, ...outputs, options)``. It is a ``NamedTuple``, which Numba
 passes to ``@njit`` (and ``prange``) code as a typed tuple of scalars and arrays: a field is

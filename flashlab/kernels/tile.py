@@ -28,6 +28,7 @@ from numba import njit
 from flashlab.dropout import keep
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
+from flashlab.kernels.rowstep import online_row_step as _online_row_step
 from flashlab.masks import mask_at
 from flashlab.numba_cache import CACHE
 
@@ -35,6 +36,12 @@ __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_
            "drop_tile", "mask_tile", "cap_scores", "finish_scores", "tile_scores",
            "exp_nonpositive", "exp_shifted", "row_max",
            "online_softmax_update", "rescale_rows", "finalize_rows", "store_scaled"]
+
+
+#: :func:`flashlab.kernels.rowstep.online_row_step` compiled for the CPU (the one per-row
+#: update of the online softmax; ``numba.cuda.jit(device=True)`` compiles the same source;
+#: documented there, so not in ``__all__``)
+online_row_step = njit(cache=CACHE, inline="always")(_online_row_step)
 
 
 @njit(cache=CACHE, inline="always")
@@ -330,19 +337,20 @@ def rescale_rows(s, m, l, acc):
     """
     rows, cols = s.shape
     for r in range(rows):
-        # m_new = max(m, rowmax(S))
-        m_new = row_max(s[r], m[r])
-        if m_new == -np.inf:
+        # rowmax(S), with m: the vectorised max of the row (row_max)
+        tile_max = row_max(s[r], m[r])
+        if tile_max == -np.inf:
             # no allowed key seen yet in this row: P~ = 0 and the state stays (m=-inf, l=0, O~=0)
             for c in range(cols):
                 s[r, c] = 0.0
             continue
-        # alpha = e^{m - m_new}   (0 when m was -inf: nothing accumulated yet)
-        alpha = math.exp(m[r] - m_new)
+        # m_new = max(m, rowmax(S)), alpha = e^{m - m_new}, alpha l: the scalar per-row update
+        # (flashlab.kernels.rowstep, the same source the GPU compiles)
+        m_new, alpha, l_scaled = online_row_step(m[r], l[r], tile_max)
         # P~ = e^{S - m_new}, rowsum(P~);  masked entries: e^{-inf} = 0
         rowsum = exp_shifted(s[r], m_new)
         # l <- alpha l + rowsum(P~)
-        l[r] = alpha * l[r] + rowsum
+        l[r] = l_scaled + rowsum
         # O~ <- alpha O~   (the P~ V_j term is added below, for all rows in one gemm);
         # skipped when the max did not move (alpha = 1), the common case after the first tiles
         if m_new != m[r]:
