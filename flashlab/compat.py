@@ -89,6 +89,7 @@ from flashlab.validation import (
     check_dropout,
     check_like,
     check_lse,
+    check_operand,
     check_pair,
     check_scale,
     check_seed,
@@ -98,7 +99,8 @@ from flashlab.validation import (
 )
 
 __all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
-           "flash_attn_varlen_func", "flash_attn_varlen_func_backward", "band_from_window",
+           "flash_attn_varlen_func", "flash_attn_varlen_func_backward",
+           "flash_attn_qkvpacked_func", "flash_attn_qkvpacked_func_backward", "band_from_window",
            "scalar_options", "forward_state", "backward_from_state", "ForwardState"]
 
 
@@ -446,6 +448,50 @@ def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, sof
     grads = flash_attention_backward(_bhsd(dout), qh, kh, vh, _bhsd(out), softmax_lse, door=FLASH_ATTN,
                                      **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
     return tuple(_bshd(g) for g in grads)
+
+
+#: flash_attn's packed operand: q, k and v stacked along axis 2
+_QKV_SHAPE = "(batch_size, seqlen, 3, nheads, headdim)"
+
+
+def _unpack_qkv(qkv) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``qkv`` (batch_size, seqlen, 3, nheads, headdim) checked and cut into q, k, v (views)."""
+    qkv = check_operand("qkv", qkv, 5, _QKV_SHAPE)
+    if qkv.shape[2] != 3:
+        raise ValueError(f"qkv must have shape {_QKV_SHAPE} (q, k, v along axis 2); "
+                         f"got shape {qkv.shape}")
+    return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False, *, return_lse=False,
+                              seed=0):
+    """flash_attn's ``flash_attn_qkvpacked_func``: :func:`flash_attn_func` of ``qkv[:, :, 0]``,
+    ``qkv[:, :, 1]``, ``qkv[:, :, 2]``.
+
+    ``qkv`` (batch_size, seqlen, 3, nheads, headdim), float16/32/64 (self-attention: q, k
+    and v share the length and the heads); every other argument, the returns and the errors as
+    :func:`flash_attn_func` (``qkv`` not 5-D or its axis 2 not 3: ``ValueError``).
+    """
+    q, k, v = _unpack_qkv(qkv)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse,
+                           seed=seed)
+
+
+def flash_attn_qkvpacked_func_backward(dout, qkv, out, softmax_lse, dropout_p=0.0,
+                                       softmax_scale=None, causal=False, window_size=(-1, -1),
+                                       softcap=0.0, alibi_slopes=None, deterministic=False, *,
+                                       seed=0) -> np.ndarray:
+    """Gradient of ``sum(out * dout)`` for :func:`flash_attn_qkvpacked_func`: ``dqkv`` with
+    ``qkv``'s shape and dtype (dq, dk, dv stacked along axis 2); arguments as
+    :func:`flash_attn_func_backward`."""
+    q, k, v = _unpack_qkv(qkv)
+    grads = flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale,
+                                     causal, window_size, softcap, alibi_slopes, deterministic,
+                                     seed=seed)
+    return np.stack(grads, axis=2)
 
 
 # ------------------------------------------------------------------------------ varlen

@@ -234,3 +234,24 @@ def test_torch_door():
                                            want, lse, causal=True, softcap=3.0)
     for a, b in zip(grads, refs):
         assert np.abs(a.numpy() - b).max() <= 1e-12
+
+
+def test_flash_attn_qkvpacked_func():
+    """The packed self-attention function is flash_attn_func of its three slices, softcap included,
+    forward and backward; a qkv without 3 on axis 2 is refused in its own words."""
+    rng = np.random.default_rng(1)
+    qkv = rng.standard_normal((2, 9, 3, 4, 8)).astype(np.float32)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out, lse = compat.flash_attn_qkvpacked_func(qkv, causal=True, softcap=3.0, return_lse=True)
+    want, want_lse = compat.flash_attn_func(q, k, v, causal=True, softcap=3.0, return_lse=True)
+    assert np.array_equal(out, want) and np.array_equal(lse, want_lse)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    dqkv = compat.flash_attn_qkvpacked_func_backward(dout, qkv, out, lse, causal=True, softcap=3.0)
+    grads = compat.flash_attn_func_backward(dout, q, k, v, out, lse, causal=True, softcap=3.0)
+    assert dqkv.shape == qkv.shape and dqkv.dtype == qkv.dtype
+    for i, g in enumerate(grads):
+        assert np.array_equal(dqkv[:, :, i], g)
+    with pytest.raises(ValueError, match=r"qkv must have shape \(batch_size, seqlen, 3, nheads, headdim\)"):
+        compat.flash_attn_qkvpacked_func(qkv[:, :, :2])
+    with pytest.raises(TypeError, match="qkv must be a numpy.ndarray"):
+        compat.flash_attn_qkvpacked_func(list(qkv))
