@@ -77,7 +77,9 @@ class Control:
     ``name`` is the keyword of the explorer's constructor, ``label`` what the page shows,
     ``grid`` the values the static page offers (in order), ``live`` how the live control is
     built: ``{"min": a, "max": b}`` for an integer slider, ``{"step": s, "min": a, "max": b}``
-    for a float slider, or ``{}`` for a dropdown over ``grid``.
+    for a float slider, ``{"options": (...)}`` for a dropdown over more values than the grid's,
+    or ``{}`` for a dropdown over ``grid``. A control whose grid has one value is not shown in
+    the static page (it is fixed there).
     """
 
     name: str
@@ -255,7 +257,8 @@ class Explorer:
                 w = W.IntSlider(value, min=spec["min"], max=spec["max"], description=c.label,
                                 continuous_update=False, style=style)
             else:
-                options = tuple(c.grid) if value in c.grid else (*c.grid, value)
+                options = tuple(spec.get("options", c.grid))
+                options = options if value in options else (*options, value)
                 w = W.Dropdown(options=options, value=value, description=c.label, style=style)
             w.observe(lambda _: self._live_update(), names="value")
             self.widgets[c.name] = w
