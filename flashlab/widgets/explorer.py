@@ -141,6 +141,12 @@ class Explorer:
         """The state the renderer draws for ``values`` (a dict over every control)."""
         raise NotImplementedError
 
+    def relevant(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The values that decide the state (default: all): the grid computes one state per
+        distinct result, so a subclass drops the controls a state ignores (those in its
+        ``"off"`` list) to skip recomputing it."""
+        return values
+
     def pooled(self, obj: Any) -> int:
         """Put ``obj`` (JSON-able) in the payload's shared pool once; return its index. States
         refer to large shared parts (a mask drawn by many states) by this index."""
@@ -174,13 +180,17 @@ class Explorer:
             states: list[dict] = []
             seen: dict[str, int] = {}
             lookup = []
+            done: dict[str, int] = {}
             for values in self.grid_values():
-                st = self.state(values)
-                key = _compact(st)
-                if key not in seen:
-                    seen[key] = len(states)
-                    states.append(st)
-                lookup.append(seen[key])
+                rel = _compact(self.relevant(values))
+                if rel not in done:
+                    st = self.state(values)
+                    key = _compact(st)
+                    if key not in seen:
+                        seen[key] = len(states)
+                        states.append(st)
+                    done[rel] = seen[key]
+                lookup.append(done[rel])
             init = [self._grid_index(c) for c in self.controls]
             self._payload = {
                 "kind": self.kind, "interval": self.interval,

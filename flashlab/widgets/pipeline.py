@@ -184,6 +184,11 @@ class PipelineExplorer(Explorer):
         """The settings the explorer shows."""
         return self.settings_of(self.values)
 
+    def relevant(self, values: dict) -> dict:
+        """The buffer count matters for ``n_buffers`` only."""
+        return {k: v for k, v in values.items()
+                if k != "n_buffers" or values["strategy"] == "n_buffers"}
+
     def state(self, values: dict) -> dict:
         """The simulated schedule of ``values`` as lanes and bars (integer 10 ps ticks), or the
         error message of a configuration that cannot run."""

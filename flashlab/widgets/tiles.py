@@ -158,6 +158,11 @@ class TileExplorer(Explorer):
                                        window=v["window"])
         return walk_forward(**inputs, **options, block_q=v["block_q"], block_k=v["block_k"])
 
+    def relevant(self, values: dict) -> dict:
+        """The window matters for the sliding window only."""
+        return {k: v for k, v in values.items()
+                if k != "window" or values["mask_kind"] == "sliding window"}
+
     def state(self, values: dict) -> dict:
         """The walk as tiles ``[i0, i1, j0, j1, class]`` (class 0 for a skipped tile), the mask
         of allowed entries (pooled), and one frame per step with its numbers."""
