@@ -199,6 +199,27 @@ class Explorer:
                 "init": init, "lookup": lookup, "states": states, "pool": self.pool}
         return self._payload
 
+    def inert_controls(self) -> list[str]:
+        """The controls the static page shows (grid of 2 or more values) that change no state:
+        no two grid combinations that differ in that control alone map to different states.
+        An explorer with one is broken (a control that does nothing)."""
+        payload = self.payload()
+        sizes = [len(c.grid) for c in self.controls]
+        lookup = payload["lookup"]
+        inert = []
+        for n, c in enumerate(self.controls):
+            if sizes[n] < 2:
+                continue
+            stride = 1
+            for size in sizes[n + 1:]:
+                stride *= size
+            # index = sum idx_m * stride_m: moving control n by one value adds stride
+            moves = any(lookup[k] != lookup[k + stride] for k in range(len(lookup))
+                        if (k // stride) % sizes[n] < sizes[n] - 1)
+            if not moves:
+                inert.append(c.name)
+        return inert
+
     def _grid_index(self, c: Control) -> int:
         value = self.values[c.name]
         return c.grid.index(value) if value in c.grid else 0

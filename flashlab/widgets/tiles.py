@@ -17,7 +17,7 @@ import numpy as np
 
 import flashlab
 from flashlab.arguments import as_int
-from flashlab.masks import FULL, allowed
+from flashlab.masks import EMPTY, FULL, PARTIAL, allowed
 from flashlab.tiling import cdiv
 from flashlab.walk import Walk, walk_forward
 from flashlab.widgets.explorer import Control, Explorer
@@ -176,9 +176,10 @@ class TileExplorer(Explorer):
         summed = [0] * walk.n_qb
         for k, st in enumerate(walk.steps):
             (i0, i1), (j0, j1) = st.rows, st.cols
-            cls = 0 if st.skipped else int(st.tile_class)
-            tiles.append([i0, i1, j0, j1, cls])
             inside = int(ok[i0:i1, j0:j1].sum())
+            # the class of classify_tiles: a computed tile is full when no entry is masked
+            cls = EMPTY if st.skipped else FULL if inside == (i1 - i0) * (j1 - j0) else PARTIAL
+            tiles.append([i0, i1, j0, j1, cls])
             where = (f"step {k + 1} of {n}: q-block {st.qb} (rows {i0}-{i1 - 1}) x kv-block "
                      f"{st.kb} (keys {j0}-{j1 - 1})")
             if st.skipped:
