@@ -195,3 +195,43 @@ def test_the_live_view_reaches_values_off_the_grid():
     assert "do not fit in L1" in json.dumps(pex.state(pex.values))
     bundle = ex._repr_mimebundle_()
     assert {"text/html", "application/vnd.jupyter.widget-view+json"} <= set(bundle)
+
+
+# ----------------------------------------------------------------------- in a real browser
+def test_explorer_problems_flags_a_dead_control_a_slow_one_and_a_wrong_number():
+    from tools.check_site import explorer_problems
+
+    good = {"kind": "tiles", "id": "fx-1", "ready": True, "bytes": 1000, "interactive_ms": 10.0,
+            "controls": [{"name": "Br", "values": 3, "changed": True, "ms": [1.0, 2.0]}],
+            "samples": [{"values": {}, "frame": 0, "page": ["a"], "python": ["a"]}]}
+    assert explorer_problems(good) == []
+    dead = {**good, "controls": [{"name": "Br", "values": 3, "changed": False, "ms": [1.0]}]}
+    assert "does nothing" in explorer_problems(dead)[0]
+    slow = {**good, "controls": [{"name": "Br", "values": 3, "changed": True, "ms": [80.0]}],
+            "interactive_ms": 1500.0}
+    assert len(explorer_problems(slow)) == 2
+    wrong = {**good, "samples": [{"values": {}, "frame": 0, "page": ["a"], "python": ["b"]}]}
+    assert "Python computes" in explorer_problems(wrong)[0]
+
+
+def test_every_explorer_responds_in_headless_chromium(tmp_path):
+    """The four static explorers on one page, opened offline in Chromium: every control moves the
+    picture within 50 ms, three sampled states show Python's numbers (tools/check_site.py)."""
+    import shutil
+    from pathlib import Path
+
+    from tools.check_site import check_explorer_file, explorer_line
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium not installed")
+    page = tmp_path / "explorers.html"
+    page.write_text("<!doctype html><html><head><meta charset='utf-8'></head><body>"
+                    + "".join(cls().static_html() for cls in EXPLORERS.values()) + "</body></html>")
+    problems, reports = check_explorer_file(page, chromium, tmp_path / "shots")
+    for r in reports:
+        print(explorer_line(r))
+    assert problems == []
+    assert sorted(r["kind"] for r in reports) == sorted(EXPLORERS)
+    assert all(len(r["samples"]) == 3 for r in reports)
+    assert len(list(Path(tmp_path / "shots").glob("explorers-explorer*.png"))) == 3 * len(EXPLORERS)

@@ -17,7 +17,6 @@ import pytest  # noqa: E402
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
-    HEAD_DIMS,
     ROPE_DIM,
     PipelineSettings,
     core_profile,

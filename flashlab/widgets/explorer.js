@@ -259,7 +259,20 @@
     });
     // the page's test hooks (tools/check_site.py): the values shown, and the grid's size
     root.fx = {
-      payload, inputs,
+      payload, inputs, picture, numbers, step,
+      // go to grid indices (one per control) and a step, as a reader would with the controls
+      set: (indices, k) => {
+        indices.forEach((v, n) => { idx[n] = v; });
+        payload.controls.forEach((c, n) => {
+          const input = inputs[c.name];
+          if (!input) return;
+          input.value = idx[n];
+          const out = input.parentElement.querySelector('output');
+          if (out) out.textContent = c.values[idx[n]];
+        });
+        frame = k || 0;
+        draw();
+      },
       current: () => {
         const values = {};
         payload.controls.forEach((c, n) => { values[c.name] = c.values[idx[n]]; });

@@ -264,8 +264,8 @@ class Explorer:
         values = {**self.values, **(values or {})}
         self.pool, self._pool_index = [], {}
         st = self.state(values)
-        payload = {"kind": self.kind, "interval": self.interval, "controls": [], "init": [], "lookup": [0], "states": [st],
-                   "pool": self.pool}
+        payload = {"kind": self.kind, "interval": self.interval, "controls": [], "init": [],
+                   "lookup": [0], "states": [st], "pool": self.pool}
         self._payload = None
         return self._html(payload, static=False)
 

@@ -36,7 +36,7 @@ from flashlab.pipeline.settings import (
     simulate_settings,
     summary,
 )
-from flashlab.pipeline.simulate import TIME_UNITS, SimResult
+from flashlab.pipeline.simulate import TIME_UNITS
 from flashlab.widgets.explorer import Control, Explorer
 
 __all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "GRID_BLOCKS", "GRID_BUFFERS",
