@@ -118,6 +118,6 @@ class RooflineExplorer(Explorer):
                     f"{values['head_dims']}, causal: {pt['flops'] / 1e12:.3f} TFLOP, "
                     f"{pt['bytes'] / 2**30:.3f} GiB from HBM at K/V hit rate "
                     f"{values['kv_hit']:.2f}: {point[0]:.4g} FLOP/byte",
-                    f"{pt['bound']}-bound: {pt['engine']} sets the time, "
+                    f"{pt['bound']}-bound, the time set by {pt['engine']}: "
                     f"{pt['seconds'] * 1e3:.3f} ms on the roofline; compute-bound above a "
                     f"K/V hit rate of {pt['break_even']:.2f}"]}
