@@ -6,11 +6,11 @@ pipeline schedule, the CANN planner, the cost model). The JavaScript renderer
 (``explorer.js`` beside this module) only draws a state: it never recomputes one.
 
 - **Static page** (:meth:`Explorer.static_html`, the ``text/html`` of the explorer's output):
-  every state of the explorer's *grid* (each control's :attr:`Control.grid` values, every
+  every state of the explorer's *grid* (each control's ``grid`` values, every
   combination) is computed at build time, deduplicated and embedded as gzip-compressed JSON;
   the page's controls offer exactly the grid's values and look a state up on each change.
 - **Live kernel** (:meth:`Explorer.live_widget`, the ipywidgets view of the same object): the
-  controls reach any value (:attr:`Control.live`); each change recomputes that one state in
+  controls reach any value (each control's ``live`` range); each change recomputes that one state in
   Python and shows it with the same renderer.
 
 Displaying an explorer gives both representations; a Jupyter front-end with a widget manager
@@ -45,15 +45,16 @@ REPOSITORY = "flashlab-book/flashlab"
 BRANCH = "main"
 #: the folder of the launched notebooks (``_config.yml``'s ``path_to_book``: the handout)
 LAUNCH_PATH = "handout"
-#: the BinderHub and Colab the book's launch buttons use
+#: the BinderHub the book's launch buttons use
 BINDER_URL = "https://mybinder.org"
+#: the Colab the book's launch buttons use
 COLAB_URL = "https://colab.research.google.com"
 #: the caption of every static explorer
 STATIC_NOTE = "static page: precomputed values; open the notebook for any value"
 #: the most bytes one explorer may add to its page (issue 33: 2 MB)
 MAX_PAYLOAD_BYTES = 2_000_000
 
-#: every explorer class by its ``kind`` (filled by :meth:`Explorer.__init_subclass__`)
+#: every explorer class by its ``kind`` (each subclass with a ``kind`` registers itself)
 EXPLORERS: dict[str, type[Explorer]] = {}
 
 
@@ -101,11 +102,11 @@ def _compact(obj: Any) -> str:
 class Explorer:
     """Base class of the explorers: controls, the grid of states, the static and live views.
 
-    A subclass sets :attr:`kind` (the renderer's name in ``explorer.js``), :attr:`controls`,
-    :attr:`title` and :attr:`notebook` (the chapter whose launch links the static caption
-    gives), and implements :meth:`state`. Construct it with control values as keywords (any
-    value the live control accepts; the defaults are the first of each grid unless
-    :attr:`defaults` says otherwise).
+    A subclass sets ``kind`` (the renderer's name in ``explorer.js``), ``controls`` (a tuple
+    of :class:`Control`), ``title`` and ``notebook`` (the chapter whose launch links the static
+    caption gives), and implements :meth:`state`. Construct it with control values as keywords
+    (any value the live control accepts; the defaults are the first of each grid unless
+    ``defaults`` says otherwise).
     """
 
     kind: ClassVar[str] = ""
@@ -270,8 +271,8 @@ class Explorer:
         return self._html(payload, static=False)
 
     def live_widget(self):
-        """The ipywidgets view (needs ipywidgets): a control per :attr:`controls`, reaching any
-        value of :attr:`Control.live`, and an ``Output`` with the recomputed state."""
+        """The ipywidgets view (needs ipywidgets): a control per ``controls``, reaching any
+        value of its ``live`` range, and an ``Output`` with the recomputed state."""
         if self._widget is not None:
             return self._widget
         import ipywidgets as W

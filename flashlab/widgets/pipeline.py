@@ -129,10 +129,11 @@ def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int 
 
 
 # ------------------------------------------------------------------------------ explorer
-#: the static page's grid of the pipeline explorer (issue 33): tile sizes, L1 buffer counts of
-#: ``n_buffers`` (2 is ping-pong's count, 4 the exercise's) and HBM bandwidths in TB/s
+#: the tile sizes block_q and block_k the static pipeline explorer offers (issue 33)
 GRID_BLOCKS = (64, 128, 256)
+#: the L1 buffer counts of ``n_buffers`` it offers (2 is ping-pong's count, 4 exercise 5's)
 GRID_BUFFERS = (2, 4)
+#: the chip's HBM bandwidths it offers, TB/s
 GRID_HBM_TB_S = (0.8, 1.6, 3.2)
 #: time unit of the explorer's bars: 10 ps, so that every bar is an integer
 _TICK_S = 1e-11

@@ -25,8 +25,9 @@ HEAD_DIMS: dict[str, tuple[int, int, int]] = {
     "128+64 / 128 (DeepSeek-V3)": (128, 64, 128),
     "192+64 / 256": (192, 64, 256),
 }
-#: the static page's grid (issue 33): K/V hit rates, sequence lengths
+#: the K/V hit rates the static roofline explorer offers (issue 33)
 GRID_HITS = tuple(k / 10 for k in range(11))
+#: the sequence lengths it offers
 GRID_SEQ = (1024, 4096, 16384)
 #: the engine that sets the time when the kernel is compute- or memory-bound, per chip family
 ENGINES = {"ascend": {"compute": "the Cube unit (matrix engine)",

@@ -22,14 +22,17 @@ from flashlab.widgets.explorer import Control, Explorer
 __all__ = ["GRID_LENGTHS", "GRID_TOKENS", "GRID_PREFIX", "GRID_TILES", "TOKEN_MODES",
            "PREFIX_MODES", "mode_arguments", "SparseModeExplorer"]
 
-#: the static page's grid (issue 33): Sq and Sk, pre/next_tokens (INT32_MAX: no limit),
-#: prefix lengths, tile sizes
+#: Sq and Sk the static sparse-mode explorer offers (issue 33)
 GRID_LENGTHS = (8, 12, 20)
+#: pre_tokens and next_tokens it offers (INT32_MAX, the operator's default: no limit)
 GRID_TOKENS = (-2, 0, 3, 8, INT32_MAX)
+#: prefix lengths it offers (modes 5, 6)
 GRID_PREFIX = (0, 4, 10)
+#: tile sizes it offers
 GRID_TILES = (4, 8)
-#: the modes that read pre_tokens/next_tokens; those that read the prefix
+#: the modes that read pre_tokens/next_tokens
 TOKEN_MODES = (0, 4, 7, 8)
+#: the modes that read the prefix
 PREFIX_MODES = (5, 6)
 
 

@@ -106,9 +106,11 @@ def tile_walk_animation(sq: int = 32, sk: int = 32, block_q: int = 8, block_k: i
                          repeat=False)
 
 
-#: the static page's grid of the tile explorer (issue 33): tile sizes, lengths and windows
+#: the tile sizes Br and Bc the static tile explorer offers (issue 33)
 GRID_BLOCKS = (4, 8, 16)
+#: the lengths Sq and Sk it offers
 GRID_LENGTHS = (16, 36, 64)
+#: the sliding windows it offers
 GRID_WINDOWS = (4, 8, 16)
 
 
