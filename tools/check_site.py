@@ -742,8 +742,10 @@ def explorer_line(report: dict) -> str:
     median = f"{times[len(times) // 2]:.1f}" if times else "-"
     same = sum(s["page"] == s["python"] for s in report["samples"])
     moved = sum(c["changed"] for c in report["controls"])
-    return (f"    explorer {report['kind']:<9} {report['bytes'] / 1e6:5.2f} MB, interactive "
-            f"{report['interactive_ms']:.0f} ms after load, {moved}/{len(report['controls'])} controls "
+    ready = f"{report['readyMs']:.0f}" if report.get("readyMs") is not None else "-"
+    return (f"    explorer {report['kind']:<9} {report['bytes'] / 1e6:5.2f} MB, ready {ready} ms after "
+            f"navigation start, interactive {report['interactive_ms']:.0f} ms after the load event, "
+            f"{moved}/{len(report['controls'])} controls "
             f"change the picture, response median {median} ms, max {worst} ms; "
             f"{same}/{len(report['samples'])} sampled states match Python")
 

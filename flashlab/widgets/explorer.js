@@ -217,7 +217,7 @@
     // the step controls of a state with frames
     const stepBox = document.createElement('div');
     stepBox.className = 'fx-steps';
-    stepBox.style.cssText = 'display:flex;align-items:center;gap:6px;margin:4px 0';
+    stepBox.style.cssText = 'display:flex;flex-wrap:wrap;align-items:center;gap:6px;margin:4px 0';
     const mk = (tag, props) => Object.assign(document.createElement(tag), props);
     const play = mk('button', {type: 'button', textContent: '▶ play', className: 'fx-play'});
     const prev = mk('button', {type: 'button', textContent: '◀ prev', className: 'fx-prev'});
