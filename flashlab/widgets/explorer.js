@@ -1,3 +1,5 @@
+// (No "{name}" directly before a backtick here: that reads as a MyST role in a stored output,
+// tests/test_raw_markers.py.)
 // flashlab explorers: draw precomputed states (flashlab/widgets/explorer.py). Nothing here computes
 // a walk, a schedule, a mask or a roofline: every rectangle and every number comes from the state
 // that Python computed; this file only turns states into SVG and wires the page's controls to them.
@@ -46,7 +48,7 @@
       const fill = done ? `fill="${CLASS_COLOR[cls]}" fill-opacity="${cls ? 0.35 : 0.5}"` : 'fill="none"';
       const dash = cls === 0 ? 'stroke-dasharray="4 3"' : '';
       b += rect(x0 + j0 * cell, y0 + i0 * cell, (j1 - j0) * cell, (i1 - i0) * cell,
-                `${fill} stroke="${cls === 0 ? '#888' : CLASS_COLOR[cls]}" stroke-width="1.5" ${dash}`);
+                `${fill} stroke="${cls === 0 ? '#888' : CLASS_COLOR[cls]}" stroke-width="1.5" ` + dash);
     });
     if (opts.current !== undefined) {
       const [i0, i1, j0, j1] = tiles[opts.current];
@@ -140,11 +142,11 @@
       let b = rect(x0, y0, w, h, 'fill="#FFFFFF" stroke="#999"');
       for (let e = Math.ceil(Math.log10(ilo)); e <= Math.log10(ihi); e++) {
         b += `<line x1="${X(10 ** e)}" x2="${X(10 ** e)}" y1="${y0}" y2="${y0 + h}" stroke="${COLORS.grid}"/>` +
-             text(X(10 ** e), y0 + h + 14, `1e${e}`, 'text-anchor="middle"');
+             text(X(10 ** e), y0 + h + 14, '1e' + e, 'text-anchor="middle"');
       }
       for (let e = Math.ceil(Math.log10(plo)); e <= Math.log10(phi); e++) {
         b += `<line x1="${x0}" x2="${x0 + w}" y1="${Y(10 ** e)}" y2="${Y(10 ** e)}" stroke="${COLORS.grid}"/>` +
-             text(x0 - 4, Y(10 ** e) + 4, `1e${e}`, 'text-anchor="end"');
+             text(x0 - 4, Y(10 ** e) + 4, '1e' + e, 'text-anchor="end"');
       }
       const roof = [[ilo, st.bw * ilo], [st.ridge, st.peak], [ihi, st.peak]];
       b += `<polyline points="${roof.map(([i, p]) => `${X(i).toFixed(1)},${Y(p).toFixed(1)}`).join(' ')}" fill="none" stroke="#222" stroke-width="2"/>`;
@@ -233,7 +235,7 @@
       frame = Math.min(frame, Math.max(0, n - 1));
       stepBox.style.display = n ? 'flex' : 'none';
       step.max = Math.max(0, n - 1); step.value = frame;
-      stepOut.textContent = n ? `${frame + 1} / ${n}` : '';
+      stepOut.textContent = n ? (frame + 1) + ' / ' + n : '';
       picture.innerHTML = renderers[payload.kind](st, frame, payload.pool);
       const lines = st.text.concat(n ? st.frames[frame].text : []);
       numbers.innerHTML = lines.map(s => `<div>${esc(s)}</div>`).join('');
