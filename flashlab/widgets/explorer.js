@@ -198,6 +198,7 @@
   function boot(uid) {
     const root = document.getElementById(uid);
     if (!root || root.fx) return;
+    root.dataset.bootMs = performance.now().toFixed(1);
     const data = root.querySelector('.fx-data').textContent.trim();
     decode(data).then(payload => start(root, payload)).catch(err => {
       root.querySelector('.fx-numbers').textContent = 'explorer failed to load: ' + err;
