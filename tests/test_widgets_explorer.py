@@ -239,3 +239,13 @@ def test_every_explorer_responds_in_headless_chromium(tmp_path):
     assert sorted(r["kind"] for r in reports) == sorted(EXPLORERS)
     assert all(len(r["samples"]) == 3 for r in reports)
     assert len(list(Path(tmp_path / "shots").glob("*-explorer1-*.png"))) == 3 * len(EXPLORERS)
+
+
+def test_the_static_page_does_not_depend_on_what_was_asked_before():
+    ex = TileExplorer()
+    html = ex.static_html()
+    ex.numbers({"sq": 20, "block_q": 5})       # a state off the grid, with a pool entry of its own
+    assert ex.static_html() == html
+    fresh = TileExplorer()
+    fresh.numbers({"sk": 7})
+    assert fresh.static_html() == html

@@ -197,7 +197,8 @@ class Explorer:
                 "kind": self.kind, "interval": self.interval,
                 "controls": [{"name": c.name, "label": c.label, "values": list(c.grid)}
                              for c in self.controls],
-                "init": init, "lookup": lookup, "states": states, "pool": self.pool}
+                # a copy: a later state() (numbers(), the live view) must not grow the page's pool
+                "init": init, "lookup": lookup, "states": states, "pool": list(self.pool)}
         return self._payload
 
     def inert_controls(self) -> list[str]:
