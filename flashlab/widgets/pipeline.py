@@ -220,7 +220,7 @@ class PipelineExplorer(Explorer):
                 bars.append([row[(span.pool, span.slot)], tick(span.start), tick(span.end),
                              colour[SLOT_COLORS[span.slot % len(SLOT_COLORS)]], span.task])
         kinds = {t.kind for t in result.graph.tasks}
-        legend = {}
+        legend: dict[str, str] = {}
         for kind, label in KIND_LABELS.items():
             if kind in kinds:
                 legend.setdefault(KIND_COLORS[kind], label)

@@ -104,8 +104,11 @@ class SparseModeExplorer(Explorer):
 
     def relevant(self, values: dict) -> dict:
         """pre/next_tokens matter for :data:`TOKEN_MODES` only, the prefix for :data:`PREFIX_MODES`."""
-        drop = (() if values["sparse_mode"] in TOKEN_MODES else ("pre_tokens", "next_tokens"))
-        drop += () if values["sparse_mode"] in PREFIX_MODES else ("prefix",)
+        drop: set[str] = set()
+        if values["sparse_mode"] not in TOKEN_MODES:
+            drop |= {"pre_tokens", "next_tokens"}
+        if values["sparse_mode"] not in PREFIX_MODES:
+            drop.add("prefix")
         return {k: v for k, v in values.items() if k not in drop}
 
     def state(self, values: dict) -> dict:
