@@ -51,7 +51,7 @@ BINDER_URL = "https://mybinder.org"
 COLAB_URL = "https://colab.research.google.com"
 #: the caption of every static explorer
 STATIC_NOTE = "static page: precomputed values; open the notebook for any value"
-#: the most bytes one explorer may add to its page (issue 33: 2 MB)
+#: the most bytes one explorer may add to its page, 2 MB (issue 33)
 MAX_PAYLOAD_BYTES = 2_000_000
 
 #: every explorer class by its ``kind`` (each subclass with a ``kind`` registers itself)

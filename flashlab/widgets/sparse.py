@@ -24,7 +24,7 @@ __all__ = ["GRID_LENGTHS", "GRID_TOKENS", "GRID_PREFIX", "GRID_TILES", "TOKEN_MO
 
 #: Sq and Sk the static sparse-mode explorer offers (issue 33)
 GRID_LENGTHS = (8, 12, 20)
-#: pre_tokens and next_tokens it offers (INT32_MAX, the operator's default: no limit)
+#: pre_tokens and next_tokens it offers (INT32_MAX is the operator's default, no limit)
 GRID_TOKENS = (-2, 0, 3, 8, INT32_MAX)
 #: prefix lengths it offers (modes 5, 6)
 GRID_PREFIX = (0, 4, 10)
