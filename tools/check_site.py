@@ -17,8 +17,9 @@ unreachable: a proxy that refuses connections and a resolver that finds no name)
   nothing sticking out of the column (:data:`OVERFLOW_JS`);
 
 * every static explorer (``div.flashlab-explorer``, :mod:`flashlab.widgets.explorer`) responds:
-  it is interactive within :data:`READY_LIMIT_MS` of the page's load event (and of its own
-  script's start: the decoding and the first picture); every control is
+  it is interactive within :data:`READY_LIMIT_MS` of the page's load event (the time from its
+  script to its first picture is printed too: it includes the page's other loading work, which
+  shares the main thread); every control is
   moved through its values (a disabled one from a state where it matters), and each must change
   the picture or the numbers under it, within :data:`RESPONSE_LIMIT_MS` (each move timed twice,
   the faster counts: a stall of the shared machine hits one, a slow state both); for
@@ -663,9 +664,6 @@ def explorer_problems(report: dict) -> list[str]:
         out.append(f"{name}: adds {report['bytes']:,} bytes to the page, over {MAX_PAYLOAD_BYTES:,}")
     if report["interactive_ms"] > READY_LIMIT_MS:
         out.append(f"{name}: interactive {report['interactive_ms']:.0f} ms after load, over {READY_LIMIT_MS:.0f}")
-    if report.get("own_ms", 0) > READY_LIMIT_MS:
-        out.append(f"{name}: took {report['own_ms']:.0f} ms from its script to its first picture, "
-                   f"over {READY_LIMIT_MS:.0f}")
     for c in report["controls"]:
         if not c["changed"]:
             out.append(f"{name}: control {c['name']!r} does nothing (moved through its {c['values']} values)")
@@ -757,8 +755,8 @@ def explorer_line(report: dict) -> str:
     moved = sum(c["changed"] for c in report["controls"])
     ready = f"{report['readyMs']:.0f}" if report.get("readyMs") is not None else "-"
     return (f"    explorer {report['kind']:<9} {report['bytes'] / 1e6:5.2f} MB, ready {ready} ms after "
-            f"navigation start ({report.get('own_ms', 0):.0f} ms from its script: decode and first "
-            f"picture), interactive {report['interactive_ms']:.0f} ms after the load event, "
+            f"navigation start ({report.get('own_ms', 0):.0f} ms from its script, the page loading "
+            f"meanwhile), interactive {report['interactive_ms']:.0f} ms after the load event, "
             f"{moved}/{len(report['controls'])} controls "
             f"change the picture, response median {median} ms, max {worst} ms; "
             f"{same}/{len(report['samples'])} sampled states match Python")
