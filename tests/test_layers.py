@@ -75,7 +75,9 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "teaching": {"teaching": [
         ("flashlab.viz",),
         ("flashlab.walk", "flashlab.replay", "flashlab.exercises"),
-        ("flashlab.widgets.tiles", "flashlab.widgets.pipeline"),
+        ("flashlab.widgets.explorer",),
+        ("flashlab.widgets.tiles", "flashlab.widgets.pipeline", "flashlab.widgets.sparse",
+         "flashlab.widgets.roofline"),
         ("flashlab.widgets.__init__",),
         ("flashlab.bench", "flashlab.gpu.bench"),
     ]},
