@@ -100,7 +100,7 @@ PACKAGES: dict[str, list[tuple[str, ...]]] = {
                      ("masks",), ("__init__",)],
     "flashlab.exercises": [("_core",), ("_capstone", "_variants", "foundations", "gpu", "rect"), ("grading",),
                            ("__init__",)],
-    "flashlab.widgets": [("tiles", "pipeline"), ("__init__",)],
+    "flashlab.widgets": [("explorer",), ("tiles", "pipeline", "sparse", "roofline"), ("__init__",)],
     "flashlab.bench": [("config", "overhead"), ("inputs", "estimates"), ("runners",), ("decode", "measure"),
                        ("report", "targets"), ("explorers",), ("suite",), ("ceiling",), ("cli", "_page"),
                        ("__init__", "__main__")],
