@@ -23,14 +23,20 @@ with $w_{qk} = \frac{B_r D_{qk} B_c}{128 \cdot 128 \cdot 256}$, $w_{pv} = \frac{
 $w_p = \frac{B_r B_c}{128 \cdot 256}$, $w_{gu} = \frac{B_r D_v}{128 \cdot 128}$, $a$ the active cores
 and $n_\text{port}$ the number of cores the shared memory port serves at a lone core's rate.
 
-**The chip** runs whole q-blocks, core $k \bmod c$ taking q-block $k$ (in waves of the core
-count $c$); the busiest core sets the time, after one launch overhead:
+**The chip** runs whole q-blocks in waves of the core count $c$: the $Q$ q-blocks, longest
+first, are dealt to $\lceil Q / \lceil Q/c \rceil \rceil$ cores (the fewest that keep the
+number of waves) in a snake order, which balances a causal mask's rows; the busiest core sets
+the time, after one launch overhead. While $a$ cores run,
+each runs $T(a) / T(1)$ slower than alone (the contention of its memory traffic), and as cores
+finish their last q-block the others speed up:
 
 $$
-t = \frac{1}{f_\text{clk}}\Big(L + \max_{\text{core}} \sum_{\text{its q-blocks}} \big(d + T_\text{q-block}(n_\text{tiles})\big)\Big),
+t = \frac{1}{f_\text{clk}}\Big(L + \max_{\text{core}}
+    \sum_{\text{its q-blocks}} \big(d + T_\text{q-block}(n_\text{tiles})\big)\Big),
 $$
 
-$L$ the launch overhead and $d$ the dispatch of one q-block.
+$L$ the launch overhead, $d$ the dispatch of one q-block, each core's sum in lone-core cycles
+stretched phase by phase by the contention of the cores still running.
 
 **K/V** stay in the L2 cache when the heads in flight fit in it; otherwise every tile's K and V
 come from HBM, and the Cube cannot go faster than its share $\beta / a$ of the HBM bandwidth.
@@ -276,7 +282,7 @@ class Prediction:
     cycles_busiest
         cycles of the busiest core's q-blocks (launch excluded)
     qblocks, waves, active
-        q-blocks in all, $\\lceil \\text{q-blocks} / c \\rceil$, cores that run any
+        q-blocks in all, $\\lceil \\text{q-blocks} / c \\rceil$, cores that run them
     tile
         ``(rows, cols)``
     kv_source
@@ -331,25 +337,47 @@ def predict(chip: ChipModel, batch: int, heads: int, sq: int, sk: int, d: int, d
     if causal:
         tiles = np.array([math.ceil(min((i + 1) * rows, sk) / cols) for i in range(n_q)], dtype=np.int64)
     total_q = batch * heads * n_q
-    active = min(c, total_q)
-    g = contention(chip, active)
+    # the waves of c cores, and the fewest cores that run them: ceil(Q / ceil(Q / c))
+    waves = math.ceil(total_q / c)
+    used = math.ceil(total_q / waves)
+    active = used
     # K/V of the heads in flight: the heads the active cores' q-blocks belong to
     heads_in_flight = min(batch * heads, math.ceil(active / n_q) + 1)
     kv_bytes = heads_in_flight * sk * (d + dv) * elem
     in_l2 = kv_bytes <= chip.l2_usable.value * chip.l2_bytes.value
-    share = None if in_l2 else chip.hbm_bandwidth.value / active
-    st = stage_cycles(chip, rows, cols, d, dv, g, elem=elem, strategy=strategy, split=split, hbm_share=share)
-    # a q-block: its dispatch, then its pipeline (fill, steady state, drain)
-    per = {int(n): chip.dispatch_cycles.value + qblock_cycles(st, int(n), int(chip.preload.value))
-           for n in np.unique(tiles)}
-    cyc = np.tile(np.array([per[int(n)] for n in tiles]), batch * heads)
-    # core k mod c takes q-block k: the busiest core's sum
-    busiest = float(np.bincount(np.arange(total_q) % c, weights=cyc, minlength=c).max())
+    depth = int(chip.preload.value)
+
+    @functools.lru_cache(maxsize=None)
+    def per_qblock(n: int, a: int) -> float:
+        # a q-block of n tiles while a cores run: its dispatch, then its pipeline (fill, steady
+        # state, drain) at contention g(a), K/V from HBM at beta / a when they miss L2
+        share = None if in_l2 else chip.hbm_bandwidth.value / a
+        st = stage_cycles(chip, rows, cols, d, dv, contention(chip, a), elem=elem, strategy=strategy,
+                          split=split, hbm_share=share)
+        return chip.dispatch_cycles.value + qblock_cycles(st, n, depth)
+
+    # the q-blocks longest first, dealt to the cores in a snake (0 .. c-1, c-1 .. 0, ...): each
+    # core's work in lone-core cycles
+    cyc = np.sort(np.tile(np.array([per_qblock(int(n), 1) for n in tiles]), batch * heads))[::-1]
+    k = np.arange(total_q)
+    core = np.where((k // used) % 2 == 0, k % used, used - 1 - k % used)
+    work = np.sort(np.bincount(core, weights=cyc, minlength=used))
+    work = work[work > 0]
+    # the cores finish in order of their work; while a of them run, each progresses 1 / s(a) as
+    # fast as alone, s(a) = T(a) / T(1) for the longest q-block: the busiest core ends at
+    # sum over phases of (w_i - w_{i-1}) s(a_i)
+    n_max = int(tiles.max())
+    busiest, done = 0.0, 0.0
+    for i, w in enumerate(work):
+        a = len(work) - i
+        busiest += (w - done) * per_qblock(n_max, a) / per_qblock(n_max, 1)
+        done = w
+    busiest = float(busiest)
     seconds = (chip.launch_cycles.value + busiest) / chip.clock.value
     # FLOPs: 2 (d + dv) per attended pair
     pairs = batch * heads * (int(np.minimum(tiles * cols, sk).sum()) * rows if causal else sq * sk)
-    return Prediction(seconds, 2.0 * (d + dv) * pairs, busiest, total_q, math.ceil(total_q / c), active,
-                      (rows, cols), "l2" if in_l2 else "hbm", g)
+    return Prediction(seconds, 2.0 * (d + dv) * pairs, busiest, total_q, waves, active,
+                      (rows, cols), "l2" if in_l2 else "hbm", contention(chip, active))
 
 
 def with_param(chip: ChipModel, **values: float) -> ChipModel:
