@@ -30,7 +30,7 @@ $$
 whole q-blocks per core in waves of the 24 AI Cores, each a Cube/Vector pipeline of kv-tiles
 (the kernel's own tile, 128 x 256 up to $D = 128$), a launch overhead, K/V from L2 when they
 fit, and a memory port shared by the active cores. Its stage cycles are pto-isa's, and one
-number is fitted to one measured 910B2 time (the appendix {doc}`npu_calibration` shows the fit
+number is fitted to one measured 910B2 time (the book's appendix on the NPU model shows the fit
 and the held-out comparison). :func:`forward_time` is the predictor of one forward kernel;
 :func:`kernel_seconds` runs the same model with the ideas' kernel variants (V padded to $D$ or
 not, $QK^\top$ split in two products, IterateAll or ping-pong).
