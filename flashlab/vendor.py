@@ -45,6 +45,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +55,8 @@ from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow
 from flashlab.pipeline import calibrated
 from flashlab.pipeline.calibrated import ChipModel
 
-__all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "QUARTER", "HALF", "SCENARIO", "IDEA_ORDER", "Estimate",
+__all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "QUARTER", "HALF", "SCENARIO", "IDEA_ORDER", "CPU_RESOLUTION",
+           "paired_ratio", "Estimate",
            "VendorRow", "classify", "verdict", "verdicts", "SENSITIVITY_PARAMETERS", "sensitivity",
            "sensitivity_markdown", "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
@@ -252,6 +255,41 @@ def _npu_seconds(steps, names, chip: ChipModel) -> float:
                for s in steps if names is None or s.name in names)
 
 
+#: the CPU column resolves a ratio when two standard errors of its median are within this share
+CPU_RESOLUTION = 0.10
+
+
+def paired_ratio(a: dict | list[dict], b: dict | list[dict]) -> tuple[float, float, int]:
+    r"""``(median, resolution, rounds)`` of the per-round ratios of the times of ``a`` over ``b``.
+
+    ``a`` and ``b`` are measured rows of an interleaved run (``"times"``: one call per round, the
+    implementations of one shape timed in turn in each round), or lists of rows whose times are
+    summed round by round (a forward and its backward). Each round gives one paired ratio $r_i$;
+    the estimate is their median, and its resolution two standard errors of a median,
+    $2 \cdot 1.2533\, s / \sqrt{n}$ with $s$ the spread of $\ln r_i$ (a relative error).
+    """
+    def times(rows):
+        rows = rows if isinstance(rows, list) else [rows]
+        n = min(len(r["times"]) for r in rows)
+        return [sum(r["times"][i] for r in rows) for i in range(n)]
+    ta, tb = times(a), times(b)
+    n = min(len(ta), len(tb))
+    r = [x / y for x, y in zip(ta[:n], tb[:n])]
+    logs = [math.log(x) for x in r]
+    # SE of a median ~ 1.2533 sigma / sqrt(n); two of them, relative (log scale)
+    res = 2 * 1.2533 * statistics.stdev(logs) / math.sqrt(n) if n > 1 else math.inf
+    return statistics.median(r), res, n
+
+
+def _cpu(a, b, fmt: str, note: str, transform=lambda v: v) -> Estimate:
+    """The CPU column's estimate: the paired median of ``a / b`` (transformed), its note naming
+    the rounds and the resolution."""
+    med, res, n = paired_ratio(a, b)
+    ok = "resolves" if res <= CPU_RESOLUTION else "does NOT resolve"
+    return _single(transform(med), fmt, f"{note}; median of {n} paired interleaved rounds, ±{res:.0%} "
+                                        f"({ok} {CPU_RESOLUTION:.0%})")
+
+
 def _load(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
@@ -340,7 +378,7 @@ def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem, chip: ChipMode
                for f in (Dataflow.BASELINE, Dataflow.NATIVE_V, Dataflow.RECT) for d in ("forward", "backward")}
     h_mla = mla_cpu[Dataflow.BASELINE, "forward"]["heads"]
     return _Inputs(problem, chip, fwd, bwd, kernel_flops, comp, comp_b, full, mla_cpu,
-                   f"S = {s_mla}, H = {h_mla}, float32, non-causal, 2 threads; medians",
+                   f"S = {s_mla}, H = {h_mla}, float32, non-causal, 2 threads",
                    f"B = {problem.batch}, H = {problem.heads}, S = {problem.seq}, causal, bf16")
 
 
@@ -355,7 +393,6 @@ def _native_v_rows(x: _Inputs) -> list[VendorRow]:
             roof = x.npu(base, KERNEL_STEPS) / x.npu(native, KERNEL_STEPS)
         else:
             roof = x.npu_steps(x.bwd[base], KERNEL_STEPS) / x.npu_steps(x.bwd[native], KERNEL_STEPS)
-        cpu = (x.mla_cpu[base, direction]["seconds"] / x.mla_cpu[native, direction]["seconds"])
         est = {"cost": _single(flop, "{:.3f}", "attention kernel FLOPs, padded / native (not a time)"),
                "roofline": _single(roof, "{:.2f}", f"FA {direction} kernel time padded / native, compulsory "
                                                    f"traffic, {x.shape}", like=True),
@@ -363,8 +400,9 @@ def _native_v_rows(x: _Inputs) -> list[VendorRow]:
                                     "FA kernel time padded / native on the IterateAll kernel, the scenario",
                                     like=True)
                             if d == 0 else _none("no backward pipeline model")),
-               "cpu": _single(cpu, "{:.2f}", f"whole dataflow baseline / native_v on a CPU (another "
-                                             f"machine, pad and slice included), {x.cpu_note}")}
+               "cpu": _cpu(x.mla_cpu[base, direction], x.mla_cpu[native, direction], "{:.2f}",
+                           f"whole dataflow baseline / native_v on a CPU (another machine, pad and slice "
+                           f"included), {x.cpu_note}")}
         rows.append(VendorRow(
             key, figure + " (Pangu Ultra MoE-718B)", vendor, "speedup", "ascend2025rectfa",
             "该优化方案使FA融合算子的前向计算性能提升达30%,反向性能亦提升20%",
@@ -385,7 +423,6 @@ def _concat_row(x: _Inputs) -> VendorRow:
     before, _ = _before_after(Idea.SPLIT_ROPE)
     c = x.comp[before]
     pipe_share = sum(t for n, t in c.ops if n in concat) / c.total
-    cpu_share = 1 - x.mla_cpu[Dataflow.RECT, "forward"]["seconds"] / x.mla_cpu[native, "forward"]["seconds"]
     return VendorRow(
         "concat_share", "Concat: **13.5 %** of the MLA module's time (0.7 of 5.2 ms; Pangu Ultra MoE-718B)",
         0.7 / 5.2, "share", "ascend2025rectfa",
@@ -396,7 +433,8 @@ def _concat_row(x: _Inputs) -> VendorRow:
          "roofline": _single(roof, "{:.1%}", f"of the native_v forward, compulsory traffic, {x.shape}"),
          "pipeline": _single(pipe_share, "{:.1%}", "of the forward with native V (the scenario): "
                                                     "expand + Concat at HBM bandwidth, the kernel calibrated"),
-         "cpu": _single(cpu_share, "{:.1%}", f"1 − rect / native_v forward time, {x.cpu_note}")},
+         "cpu": _cpu(x.mla_cpu[Dataflow.RECT, "forward"], x.mla_cpu[native, "forward"], "{:.1%}",
+                     f"1 − rect / native_v forward time, {x.cpu_note}", lambda v: 1 - v)},
         not_comparable="the vendor's denominator is the whole MLA module, projections included; "
                        "ours is the attention alone (no model of the projections)")
 
@@ -404,7 +442,6 @@ def _concat_row(x: _Inputs) -> VendorRow:
 def _inplace_row(x: _Inputs) -> VendorRow:
     native, rect_ = Dataflow.NATIVE_V, Dataflow.RECT
     roof = x.npu(native, None) / x.npu(rect_, None)
-    cpu = x.mla_cpu[native, "forward"]["seconds"] / x.mla_cpu[rect_, "forward"]["seconds"]
     return VendorRow(
         "inplace", "in-place accumulation: FA single operator **+20.5 %** (Pangu Ultra MoE-718B, A2)",
         1.205, "speedup", "ascend2025rectfa",
@@ -418,7 +455,8 @@ def _inplace_row(x: _Inputs) -> VendorRow:
          "pipeline": _single(x.pipe(Idea.SPLIT_ROPE, "total"), "{:.2f}",
                              "forward with its operators, native V on, IterateAll kernel (the scenario)",
                              like=True),
-         "cpu": _single(cpu, "{:.2f}", f"native_v / rect forward on a CPU (another machine), {x.cpu_note}")},
+         "cpu": _cpu(x.mla_cpu[native, "forward"], x.mla_cpu[rect_, "forward"], "{:.2f}",
+                     f"native_v / rect forward on a CPU (another machine), {x.cpu_note}")},
         decides="pipeline",
         inconsistencies=("the post calls it the FA single operator's gain, but the Concat it removes "
                          "is a separate operator: a gain of the operator alone would be a kernel "
@@ -448,8 +486,8 @@ def _end_to_end_row(x: _Inputs) -> VendorRow:
     b, a = _before_after(Idea.NATIVE_V)
     t = {i: x.comp[i].total + x.comp_b[i].total for i in (b, a)}
     s_pipe = t[b] / t[a]
-    t_cpu = {f: x.mla_cpu[f, "forward"]["seconds"] + x.mla_cpu[f, "backward"]["seconds"] for f in (base, native)}
-    s_cpu = t_cpu[base] / t_cpu[native]
+    rows_cpu = {f: [x.mla_cpu[f, "forward"], x.mla_cpu[f, "backward"]] for f in (base, native)}
+    s_cpu = paired_ratio(rows_cpu[base], rows_cpu[native])[0]
     share = functools.partial(amdahl_share, 0.048)
     # the vendor's own operator figures: forward 1.3x, backward 1.2x, the backward taking the
     # FLOP ratio (cost model) times the forward's time
@@ -467,7 +505,7 @@ def _end_to_end_row(x: _Inputs) -> VendorRow:
          "roofline": _single(share(s_roof), "{:.0%}", f"s = {s_roof:.3f}, compulsory traffic"),
          "pipeline": _single(share(s_pipe), "{:.0%}", f"s = {s_pipe:.3f} (forward calibrated, backward "
                                                       "roofline)"),
-         "cpu": _single(share(s_cpu), "{:.0%}", f"s = {s_cpu:.3f}, {x.cpu_note}")},
+         "cpu": _cpu(rows_cpu[base], rows_cpu[native], "{:.0%}", f"s = {s_cpu:.3f}, {x.cpu_note}", share)},
         not_comparable="a whole training step; flashlab has no model of the rest of the step (the "
                        "columns give the attention share the figure would need)",
         inconsistencies=("the operator figures (+30 %/+20 %) are measured on Pangu Ultra MoE-718B on "
@@ -510,12 +548,11 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
     case = f"B = {fc['batch']}, H = {fc['heads']}, S = {fc['seq']}, D = {fc['d']}, bf16"
     n_cpu = max(r["n"] for r in full["cases"] if _attention_case(full, "numpy_naive", "forward", r["n"]))
     naive, fl = (_attention_case(full, i, "forward", n_cpu) for i in ("numpy_naive", "flashlab"))
-    cpu_fa = naive["seconds"] / fl["seconds"]
     roof_fa = _single(roof, "{:.2f}", f"{case}: QK^T, softmax, PV as separate operators / fused, both at "
                                       "the roofline", like=True)
     pipe_fa = _single(unfused / fused, "{:.2f}", f"{case}: the separate operators at the roofline / the "
                                                  "fused kernel calibrated", like=True)
-    cpu_fa_est = _single(cpu_fa, "{:.2f}", f"numpy naive / flashlab forward on a CPU, N = {n_cpu}, "
+    cpu_fa_est = _cpu(naive, fl, "{:.2f}", f"numpy naive / flashlab forward on a CPU, N = {n_cpu}, "
                                            f"D = 128, H = {fl['heads']}, float32, 2 threads")
     step_tok = 8 * 4096
     return [VendorRow(

@@ -197,3 +197,24 @@ def test_rect_fa_states_the_verdicts_the_table_computes():
             if c["cell_type"] == "markdown":
                 assert not re.search(r"verdict\w*[^.]{0,80}\bconsistent\b|\bconsistent\b[^.]{0,40}verdict",
                                      "".join(c["source"]), flags=re.I), page.name
+
+
+def test_paired_ratio_is_the_median_of_the_round_ratios():
+    a, b = {"times": [2.0, 4.0, 3.0]}, {"times": [1.0, 2.0, 1.0]}
+    med, res, n = vendor.paired_ratio(a, b)
+    assert (med, n) == (2.0, 3) and res > 0
+    assert vendor.paired_ratio({"times": [2.0] * 5}, {"times": [1.0] * 5}) == (2.0, 0.0, 5)
+    # a forward and its backward, summed round by round
+    assert vendor.paired_ratio([a, a], [b, b])[0] == 2.0
+
+
+def test_every_cpu_ratio_of_the_table_resolves_ten_percent():
+    """The CPU column is the median of paired interleaved rounds, enough of them that two
+    standard errors of the median stay within 10 %."""
+    used = 0
+    for r in vendor.vendor_table():
+        e = r.estimates["cpu"]
+        if e.known and "paired interleaved rounds" in e.note:
+            used += 1
+            assert f"(resolves {vendor.CPU_RESOLUTION:.0%})" in e.note, (r.key, e.note)
+    assert used >= 6
