@@ -101,9 +101,9 @@ def _r(value: float, unit: str, source: str, status: str, low: float | None = No
 
 @dataclass(frozen=True)
 class ChipModel:
-    """Every number of the calibrated model for one chip, each a :class:`Param` with its status
-    (published / derived / fitted / assumption) and the range :func:`flashlab.vendor.verdicts`
-    moves it across.
+    """Every number of the calibrated model for one chip, each a
+    :class:`~flashlab.pipeline.params.Param` with its status (published / derived / fitted /
+    assumption) and the range :func:`flashlab.vendor.verdicts` moves it across.
 
     Attributes
     ----------
