@@ -100,4 +100,4 @@ def test_the_book_questions_are_all_kept(handouts):
     explorers (issue 33): each survives as a question, answerless."""
     n = sum("".join(c["source"]).count("**Question.**")
             for p in handouts for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "markdown")
-    assert n == 25 + 11
+    assert n == 25 + 12

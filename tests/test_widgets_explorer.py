@@ -143,12 +143,12 @@ def test_sparse_states_are_the_planners():
 
 
 def test_roofline_adapter_is_the_rect_roofline():
-    pt = forward_point("Ascend 910B", 0.3, "128+64 / 128 (DeepSeek-V3)", 4096)
-    (ref,) = rect.kernel_roofline_by_hit(CHIPS["Ascend 910B"], rect.MLAProblem(), (0.3,))
+    pt = forward_point("910B2", 0.3, "128+64 / 128 (DeepSeek-V3)", 4096)
+    (ref,) = rect.kernel_roofline_by_hit(CHIPS["910B2"], rect.MLAProblem(), (0.3,))
     assert pt["flops"] == ref.flops and pt["bytes"] == ref.bytes_moved and pt["bound"] == ref.bound
     h = pt["break_even"]
-    assert forward_point("Ascend 910B", min(1.0, h + 0.05), "128+64 / 128 (DeepSeek-V3)", 4096)["bound"] == "compute"
-    assert forward_point("Ascend 910B", max(0.0, h - 0.05), "128+64 / 128 (DeepSeek-V3)", 4096)["bound"] == "memory"
+    assert forward_point("910B2", min(1.0, h + 0.05), "128+64 / 128 (DeepSeek-V3)", 4096)["bound"] == "compute"
+    assert forward_point("910B2", max(0.0, h - 0.05), "128+64 / 128 (DeepSeek-V3)", 4096)["bound"] == "memory"
     with pytest.raises(ValueError, match="chip must be one of"):
         forward_point("TPU", 0.5, "64+64 / 64", 1024)
 

@@ -50,7 +50,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.pipeline.profiles", "flashlab.pipeline.hardware", "flashlab.pipeline.simulate",
       "flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations",
       "flashlab.pipeline.graph_builder", "flashlab.pipeline.loads", "flashlab.pipeline.schedule",
-      "flashlab.pipeline.timing", "flashlab.pipeline.settings")),
+      "flashlab.pipeline.timing", "flashlab.pipeline.settings", "flashlab.pipeline.calibrated")),
     ("The tile walk, memory measurement and benchmarks",
      ("flashlab.walk", "flashlab.replay", "flashlab.memory", "flashlab.bench", "flashlab.data")),
     ("Drawings",

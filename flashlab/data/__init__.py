@@ -13,6 +13,7 @@ Each file records the command that wrote it, its date, machine and versions:
 ``backward_ratio.json``    ``python tools/backward_ratio.py`` (one thread, N = 1024, quiet machine)
 ``gpu_bench.json``         ``tools/gpu_device_run.sh OUT`` (``python -m flashlab.gpu.bench``) on an NVIDIA H200
 ``gpu_bench_more.json``    the same H200 session: the run before the bank-conflict fix, a tile sweep, d = 128
+``npu_fa_measured.json``   copied by hand from pto-isa (commit 3186c381): the fit inputs and held-out timings
 =========================  ==========================================================================
 
 They are package data (``[tool.setuptools.package-data]`` in ``pyproject.toml``), read through
