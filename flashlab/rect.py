@@ -225,7 +225,7 @@ def chip_model(chip: str | ChipModel = "910B2") -> ChipModel:
 
 
 def forward_time(batch: int, heads: int, sq: int, sk: int, d: int, dv: int | None = None, *,
-                 causal: bool = False, dtype: str = "float16", chip: str = "910B2") -> float:
+                 causal: bool = False, dtype: str = "float16", chip: str | ChipModel = "910B2") -> float:
     """Seconds of one FlashAttention forward kernel on a whole Ascend chip, by the calibrated model.
 
     ``q`` is ``(batch, heads, sq, d)``, ``k`` ``(batch, heads, sk, d)``, ``v`` ``(batch, heads, sk,

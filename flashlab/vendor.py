@@ -562,6 +562,7 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
     case = f"B = {fc['batch']}, H = {fc['heads']}, S = {fc['seq']}, D = {fc['d']}, bf16"
     n_cpu = max(r["n"] for r in full["cases"] if _attention_case(full, "numpy_naive", "forward", r["n"]))
     naive, fl = (_attention_case(full, i, "forward", n_cpu) for i in ("numpy_naive", "flashlab"))
+    assert naive is not None and fl is not None     # n_cpu is a size both ran at
     roof_fa = _single(roof, "{:.2f}", f"{case}: QK^T, softmax, PV as separate operators / fused, both at "
                                       "the roofline", like=True)
     pipe_fa = _single(unfused / fused, "{:.2f}", f"{case}: the separate operators at the roofline / the "
@@ -607,7 +608,8 @@ def _rows(bench_json, mla_bench_json, problem: rect.MLAProblem, chip: ChipModel)
 
 
 def _sensitivity_parameters(chip: ChipModel) -> tuple[str, ...]:
-    return tuple(n for n, p in chip.params().items() if p.low < p.high)
+    return tuple(n for n, p in chip.params().items()
+                 if p.low is not None and p.high is not None and p.low < p.high)
 
 
 #: the parameters of the 910B2 model that have a range: the verdicts move each to both ends
@@ -619,11 +621,19 @@ def _value(r: VendorRow) -> float | None:
     return e.low if e is not None and e.known else None
 
 
+def _known(r: VendorRow) -> float:
+    """:func:`_value` of a row that has its deciding estimate (``ValueError`` otherwise)."""
+    v = _value(r)
+    if v is None:
+        raise ValueError(f"{r.key}: no estimate {r.decides!r} at the scenario")
+    return v
+
+
 def _flip(rows_at, i: int, row: VendorRow, name: str, lo: float, hi: float) -> tuple:
     """Bisect ``name`` between ``lo`` and ``hi`` (verdict words differ) for the value where row
     ``i``'s word changes."""
     def word(v):
-        return classify(row.kind, row.vendor, _value(rows_at(name, v)[i]), at_least=row.at_least)
+        return classify(row.kind, row.vendor, _known(rows_at(name, v)[i]), at_least=row.at_least)
     lo, hi = min(lo, hi), max(lo, hi)
     w_lo, w_hi = word(lo), word(hi)
     for _ in range(12):
@@ -660,11 +670,11 @@ def vendor_table(bench_json: str | None = None, mla_bench_json: str | None = Non
     for i, r in enumerate(base):
         spread, flips = [], []
         if not r.not_comparable and _value(r) is not None:
-            here = classify(r.kind, r.vendor, _value(r), at_least=r.at_least)
+            here = classify(r.kind, r.vendor, _known(r), at_least=r.at_least)
             for name in _sensitivity_parameters(chip):
                 p = getattr(chip, name)
                 for end in (p.low, p.high):
-                    v = _value(rows_at(name, end)[i])
+                    v = _known(rows_at(name, end)[i])
                     spread.append((name, end, v))
                     if classify(r.kind, r.vendor, v, at_least=r.at_least) != here:
                         flips.append(_flip(rows_at, i, r, name, p.value, end))
@@ -696,7 +706,7 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     rows = vendor_table(**kwargs)
     if keys is not None:
         by_key = {r.key: r for r in rows}
-        rows = [by_key[k] for k in keys]
+        rows = tuple(by_key[k] for k in keys)
 
     def fmt_vendor(r):
         if r.kind == "speedup":
@@ -739,7 +749,7 @@ def sensitivity(parameter: str, values=None) -> list[tuple[str, dict[float, str]
     problem = rect.MLAProblem()
     tables = {v: _rows(None, None, problem, calibrated.with_param(chip, **{parameter: v})) for v in values}
     base = _rows(None, None, problem, chip)
-    return [(r.figure, {v: classify(r.kind, r.vendor, _value(t[i]), at_least=r.at_least)
+    return [(r.figure, {v: classify(r.kind, r.vendor, _known(t[i]), at_least=r.at_least)
                         for v, t in tables.items()})
             for i, r in enumerate(base) if not r.not_comparable and _value(r) is not None]
 
@@ -760,7 +770,7 @@ def sensitivity_markdown(**kwargs) -> str:
         if r.flips:
             word += " (" + "; ".join(f"{_fmt_param(p, v)}" for p, v, _, _ in r.flips) + ")"
         flat = f(lo[2]) == f(hi[2])
-        cells = [r.figure.split(" (")[0], ("≥ " if r.at_least else "") + f(r.vendor), f(_value(r)),
+        cells = [r.figure.split(" (")[0], ("≥ " if r.at_least else "") + f(r.vendor), f(_known(r)),
                  f(lo[2]) + ("" if flat else f" ({_fmt_param(lo[0], lo[1])})"),
                  f(hi[2]) + ("" if flat else f" ({_fmt_param(hi[0], hi[1])})"), word]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

@@ -82,7 +82,7 @@ def forward_point(chip: str, kv_hit: float, head_dims: str, seq: int) -> dict:
     Returns ``{"flops", "bytes", "peak", "bandwidth", "bound", "engine", "seconds",
     "break_even", "model"}``: FLOPs and HBM bytes of the kernel, the chip's peak FLOP/s and HBM
     B/s, ``"compute"`` or ``"memory"``, the engine that sets the roofline time, the roofline time
-    $\max(F/\pi, Q/\beta)$ (the lower bound), the hit rate above which the kernel is
+    $\\max(F/\\pi, Q/\\beta)$ (the lower bound), the hit rate above which the kernel is
     compute-bound, and on an Ascend chip the calibrated model's estimate (``None`` on a GPU):
     ``{"seconds", "flops", "kv_source", "engine", "share_of_peak"}``.
     """
