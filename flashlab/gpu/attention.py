@@ -13,7 +13,7 @@ import numpy as np
 
 from flashlab.arguments import as_bool
 from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
-from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes
+from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes, forward_threads
 from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
 from flashlab.gpu.target import is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
@@ -71,12 +71,13 @@ def flash_attention_gpu(q, k, v, *, causal=False, block_q: int = 64, block_k: in
     _float32(p)
     count = as_bool("count_traffic", count_traffic)
     B, H, _, Sq, _, Dqk, Dv = p.shape
-    _check_launch(p.block_q, forward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
+    threads = forward_threads(p.block_q, p.block_k, Dv)
+    _check_launch(threads, forward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
     kernel = forward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
     o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
     lse = cuda.device_array((B, H, Sq), dtype=np.float32)
     counter = _counter()
-    kernel[(B * H, cdiv(Sq, p.block_q)), p.block_q](
+    kernel[(B * H, cdiv(Sq, p.block_q)), threads](
         cuda.to_device(p.q), cuda.to_device(p.k), cuda.to_device(p.v), cuda.to_device(kv_blocks(p)),
         np.float32(p.scale), np.int64(p.left), np.int64(p.right), o, lse, counter)
     out = (o.copy_to_host(), lse.copy_to_host())

@@ -42,7 +42,7 @@ DIMS = (64, 128)
 KERNEL_NAMES = ("forward", "backward", "standard_scores", "standard_softmax", "standard_pv")
 #: (block_q, block_k) candidates for the fused kernels, first the bench's: each kernel is
 #: compiled at the first that fits in 48 KiB of static shared memory at its head dim
-TILE_CHOICES = ((64, 32), (32, 32), (16, 16))
+TILE_CHOICES = ((64, 32), (32, 32), (32, 16), (16, 16))
 _WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm", "nvidia-nvvm", "nvidia-cuda-nvrtc",
            "numba-cuda", "numba", "cuda-bindings")
 
@@ -53,7 +53,7 @@ def tool_paths() -> dict[str, str] | None:
     for tool in ("ptxas", "nvdisasm"):
         path = None
         try:
-            import nvidia   # the wheels install nvidia/cu13/bin/<tool>
+            import nvidia  # the wheels install nvidia/cu13/bin/<tool>
             for root in getattr(nvidia, "__path__", []):
                 hits = sorted(Path(root).glob(f"*/bin/{tool}"))
                 if hits:
