@@ -14,7 +14,15 @@ import numpy as np
 from flashlab.arguments import as_bool
 from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
 from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes, forward_threads
-from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
+from flashlab.gpu.standard import (
+    SOFTMAX_WARPS,
+    STANDARD_TILE,
+    pv_kernel,
+    scores_kernel,
+    softmax_kernel,
+    standard_shared_bytes,
+    standard_threads,
+)
 from flashlab.gpu.target import is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
 from flashlab.masks import kv_block_range
@@ -125,15 +133,15 @@ def standard_attention_gpu(q, k, v, *, causal=False, count_traffic=False):
     count = as_bool("count_traffic", count_traffic)
     B, H, _, Sq, Sk, Dqk, Dv = p.shape
     T = STANDARD_TILE
-    _check_launch(T, 4 * T * max(Dqk, Dv), "the tile")
+    _check_launch(standard_threads(T, max(Dqk, Dv)), standard_shared_bytes(T, Dqk, Dv), "the tile")
     grid = (B * H, cdiv(Sq, T))
     s = cuda.device_array((B, H, Sq, Sk), dtype=np.float32)
     o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
     counter = _counter()
-    scores_kernel(T, Dqk, count)[grid, T](cuda.to_device(p.q), cuda.to_device(p.k),
-                                          np.float32(p.scale), np.int64(p.left),
-                                          np.int64(p.right), s, counter)
-    softmax_kernel(T, count)[grid, T](s, counter)
-    pv_kernel(T, Dv, count)[grid, T](s, cuda.to_device(p.v), o, counter)
+    scores_kernel(T, Dqk, count)[grid, standard_threads(T, Dqk)](
+        cuda.to_device(p.q), cuda.to_device(p.k), np.float32(p.scale), np.int64(p.left),
+        np.int64(p.right), s, counter)
+    softmax_kernel(T, count)[grid, 32 * SOFTMAX_WARPS](s, counter)
+    pv_kernel(T, Dv, count)[grid, standard_threads(T, Dv)](s, cuda.to_device(p.v), o, counter)
     out = o.copy_to_host()
     return (out, Traffic.from_counter(counter.copy_to_host())) if count else out
