@@ -224,7 +224,12 @@ def table(report: dict[str, Any]) -> str:
             raise ValueError(f"report{'[' + repr(label) + ']' if label else ''} must have a 'kernels' entry")
     cols = ["registers", "spills (B)", "local mem (B)", "LDL/STL", "insns/FFMA (worst loop)"]
     head = ["kernel"] + [f"{c} {label}".strip() for label in runs for c in cols]
-    names = list(dict.fromkeys(n for run in runs.values() for n in run["kernels"]))
+    def order(name: str) -> tuple[int, int, str]:
+        kernel, _, d = name.partition(" d=")
+        known = kernel in KERNEL_NAMES
+        return (KERNEL_NAMES.index(kernel) if known else len(KERNEL_NAMES),
+                int(d) if d.isdigit() else 0, name)
+    names = sorted({n for run in runs.values() for n in run["kernels"]}, key=order)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         row = [name]
