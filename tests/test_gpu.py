@@ -27,8 +27,11 @@ CASES = {
     "odd 33x7 causal": (2, 2, 2, 33, 7, 8, 4, True, 8, 4),
     "N=128 causal": (1, 1, 1, 128, 128, 16, 16, True, 32, 32),
     "192/128 GQA": (1, 2, 1, 9, 11, 192, 128, False, 4, 4),
+    "GQA 4/2 19x45 causal, 2 warps": (1, 4, 2, 19, 45, 16, 8, True, 8, 32),
+    "N=64 causal 32x32": (1, 1, 1, 64, 64, 16, 16, True, 32, 32),
 }
-BACKWARD_CASES = ("odd 7x33 causal GQA", "odd 33x7 causal", "192/128 GQA")
+BACKWARD_CASES = ("odd 7x33 causal GQA", "odd 33x7 causal", "192/128 GQA",
+                  "GQA 4/2 19x45 causal, 2 warps", "N=64 causal 32x32")
 
 
 def inputs(case: str) -> tuple[dict, dict]:

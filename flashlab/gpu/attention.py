@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlab.arguments import as_bool
-from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
+from flashlab.gpu.backward import backward_kernel, backward_shared_bytes, backward_threads
 from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes, forward_threads
 from flashlab.gpu.standard import (
     SOFTMAX_WARPS,
@@ -30,7 +30,7 @@ from flashlab.tiling import cdiv
 from flashlab.validation import Problem, backward_operands, prepare
 
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
-           "kv_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
+           "kv_blocks", "q_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
 
 #: static shared memory one CUDA thread block may declare (48 KiB on every CUDA GPU)
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -46,6 +46,25 @@ def kv_blocks(p: Problem) -> np.ndarray:
     _, _, _, Sq, Sk, _, _ = p.shape
     return np.array([kv_block_range(i0, min(i0 + p.block_q, Sq), Sk, p.block_k, p.left, p.right)
                      for i0 in range(0, Sq, p.block_q)], dtype=np.int64).reshape(-1, 2)
+
+
+def q_blocks(p: Problem) -> np.ndarray:
+    """``(n_kblocks, 2)`` int64: the query-block range ``[qb0, qb1)`` each key block visits.
+
+    The transpose of :func:`kv_blocks` (the backward's loop order, key blocks outer): key block
+    ``kb`` is visited by exactly the query blocks whose range holds it, a contiguous run for a
+    band mask; ``(0, 0)`` when none does.
+    """
+    _, _, _, _, Sk, _, _ = p.shape
+    ranges = kv_blocks(p)
+    out = np.zeros((cdiv(Sk, p.block_k), 2), dtype=np.int64)
+    for kb in range(out.shape[0]):
+        hit = np.flatnonzero((ranges[:, 0] <= kb) & (kb < ranges[:, 1]))
+        if hit.size:
+            if hit[-1] - hit[0] + 1 != hit.size:
+                raise AssertionError(f"key block {kb}: its query blocks {hit} are not contiguous")
+            out[kb] = hit[0], hit[-1] + 1
+    return out
 
 
 def _float32(p: Problem) -> None:
@@ -99,23 +118,27 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
     CPU :func:`flashlab.flash_attention`); other arguments as there. dq (B, H, Sq, Dqk),
     dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32 (GQA: summed over each kv head's group).
-    ``traffic`` equals :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``.
+    ``traffic`` equals :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``
+    (and ``kv_heads=Hkv``). One thread block per (batch, kv head, key block), as
+    FlashAttention-2 (:mod:`flashlab.gpu.backward`); dQ is summed with atomic adds, so on a
+    GPU its last bits can differ from run to run.
     """
     p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
     _float32(p)
     do, o, lse = backward_operands(p, do, o, lse)
     count = as_bool("count_traffic", count_traffic)
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
-    _check_launch(p.block_q, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
+    threads = backward_threads(p.block_q, p.block_k, Dqk, Dv)
+    _check_launch(threads, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_k")
     kernel = backward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
-    dq = cuda.device_array((B, H, Sq, Dqk), dtype=np.float32)
-    dk = cuda.to_device(np.zeros((B, Hkv, Sk, Dqk), dtype=np.float32))
-    dv = cuda.to_device(np.zeros((B, Hkv, Sk, Dv), dtype=np.float32))
+    dq = cuda.to_device(np.zeros((B, H, Sq, Dqk), dtype=np.float32))   # the atomics add into it
+    dk = cuda.device_array((B, Hkv, Sk, Dqk), dtype=np.float32)
+    dv = cuda.device_array((B, Hkv, Sk, Dv), dtype=np.float32)
     counter = _counter()
     dev = cuda.to_device
-    kernel[(B * H, cdiv(Sq, p.block_q)), p.block_q](
+    kernel[(B * Hkv, cdiv(Sk, p.block_k)), threads](
         dev(do), dev(p.q), dev(p.k), dev(p.v), dev(o), dev(lse.astype(np.float32)),
-        dev(kv_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
+        dev(q_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
         dq, dk, dv, counter)
     out = (dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out

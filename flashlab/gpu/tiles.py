@@ -23,9 +23,8 @@ cuda = _select_target()   # the helpers name `cuda` as a module global (the simu
 # local memory through a call); the simulator's jit takes no such option
 _INLINE = {} if _simulating(cuda) else {"forceinline": True, "opt": True}
 
-__all__ = ["stage", "next_tile", "flush", "block_heads", "query_rows", "store_row", "add_product_tile",
-           "LANE_ROWS", "LANE_COLS", "WARP", "conflict_free_pad", "product_abt", "product_ab",
-           "UNROLL", "unroll_by"]
+__all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
+           "conflict_free_pad", "product_abt", "product_ab", "product_atb", "UNROLL", "unroll_by"]
 
 
 @cuda.jit(device=True)
@@ -64,47 +63,6 @@ def block_heads(H, Hkv):
     bh = cuda.blockIdx.x
     h = bh % H
     return bh // H, h, h // (H // Hkv)
-
-
-@cuda.jit(device=True)
-def query_rows(BQ, Sq):
-    """(qb, t, i0, rows, i) of this thread: query block ``qb`` (grid axis y) starts at row
-    ``i0 = qb BQ`` and holds ``rows`` rows (fewer in the last block); thread ``t`` owns row
-    ``i = i0 + t`` (threads with ``t >= rows`` only help to stage tiles)."""
-    qb = cuda.blockIdx.y
-    t = cuda.threadIdx.x
-    i0 = qb * BQ
-    return qb, t, i0, min(BQ, Sq - i0), i0 + t
-
-
-@cuda.jit(device=True)
-def store_row(dst, b, h, i, row):
-    """dst[b, h, i, :] <- row (float32, one thread's row); returns the bytes written."""
-    n = dst.shape[3]
-    for d in range(n):
-        dst[b, h, i, d] = row[d]
-    return 4 * n
-
-
-@cuda.jit(device=True)
-def add_product_tile(dst, b, h, j0, cols, a, x, rows, factor, t, threads):
-    """dst[b, h, j0 + c, d] += factor * sum_r a[r, c] x[r, d] for c < cols, by atomic adds.
-
-    ``a`` (rows x cols) and ``x`` (rows x n) are shared tiles; the block's threads stride over
-    the ``cols x n`` elements, each a sum over the block's rows added with one atomic (blocks of
-    other query blocks add into the same rows). Returns the bytes thread ``t`` wrote.
-    """
-    n = x.shape[1]
-    nbytes = 0
-    for e in range(t, cols * n, threads):
-        c = e // n
-        d = e % n
-        acc = float32(0.0)
-        for r in range(rows):
-            acc += a[r, c] * x[r, d]
-        cuda.atomic.add(dst, (b, h, j0 + c, d), acc * factor)
-        nbytes += 4
-    return nbytes
 
 
 # --- FlashAttention-2's work split: a warp owns query rows, a lane a register micro-tile -------
@@ -215,3 +173,35 @@ def product_ab(tm: int, tn: int, n: int):
                         acc[r, e] += x[r] * y[e]
 
     return ab
+
+
+@lru_cache(maxsize=None)
+def product_atb(tm: int, tn: int, n: int):
+    """Device function ``f(acc, a, a0, b, b0)``: acc[r, e] += sum_{c < n} a[c, a0 + r] b[c, b0 + 8 e].
+
+    One lane's ``(tm, tn)`` register micro-tile of ``A^T B`` with ``A`` stored transposed
+    (``dQ = dS K`` from the backward's ``dS^T`` tile): the same loop structure as
+    :func:`product_ab`. The lanes of a warp read ``a[c, a0 + r]`` in one row (4 distinct words,
+    broadcast to the 8 lanes that share them) and ``b[c, b0 + 8 e]`` in one row: no bank conflict
+    whatever the padding.
+    """
+    TM, TN, N, U = tm, tn, n, unroll_by(n)
+
+    @cuda.jit(device=True, **_INLINE)
+    def atb(acc, a, a0, b, b0):
+        x = cuda.local.array(TM, float32)
+        y = cuda.local.array(TN, float32)
+        ua, ub = uint64(a0), uint64(b0)
+        for c0 in range(0, N, U):
+            for u in range(U):      # U steps unrolled, as in product_abt
+                c = uint64(c0 + u)
+                for r in range(TM):
+                    x[r] = a[c, ua + uint64(r)]
+                for e in range(TN):
+                    y[e] = b[c, ub + uint64(LANE_COLS * e)]
+                for r in range(TM):
+                    for e in range(TN):
+                        # acc_re += A^T_rc B_ce = A_cr B_ce
+                        acc[r, e] += x[r] * y[e]
+
+    return atb

@@ -39,8 +39,9 @@ __all__ = ["Traffic", "COUNTER_SLOTS", "METADATA_ARGUMENTS", "ArrayRequests", "R
 COUNTER_SLOTS = 2
 
 #: kernel arguments outside the :class:`Traffic` convention: the kernels' own ``counter``
-#: (instrumentation) and the ``kv_blocks`` skip table (launch metadata, 16 bytes per query block)
-METADATA_ARGUMENTS = ("counter", "kv_blocks")
+#: (instrumentation) and the skip tables ``kv_blocks`` / ``q_blocks`` (launch metadata, 16 bytes
+#: per query / key block)
+METADATA_ARGUMENTS = ("counter", "kv_blocks", "q_blocks")
 
 #: the simulator's atomic operations with the signature ``(array, index, value)``
 _ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax",
