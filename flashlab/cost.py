@@ -349,14 +349,15 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
 def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None = None, d_qk: int,
                      d_v: int, batch: int = 1, heads: int = 1, elem: int = 2, block_q: int = 128,
                      kv_hit: float = 0.0, causal: bool = False, lse_elem: int | None = None,
-                     block_k: int | None = None) -> Traffic:
+                     block_k: int | None = None, kv_heads: int | None = None) -> Traffic:
     r"""Main-memory bytes of the fused kernel's recomputation backward: :func:`traffic`'s backward.
 
     ``dataflow`` is one of :data:`BACKWARD_TRAFFIC_DATAFLOWS`. ``"gpu:fused"`` is the CUDA
-    twin's backward (:mod:`flashlab.gpu.backward`), global-memory requests as
-    :func:`tiled_attention_traffic` ``(backward=True)`` counts them: Q, dO, O and the LSE read
-    once, K and V once per visited tile, dQ written once, dK and dV added atomically per
-    visited tile (``kv_hit`` must be 0, ``block_k`` defaults to ``block_q``).
+    twin's backward (:mod:`flashlab.gpu.backward`, FlashAttention-2's loop order), its
+    global-memory requests as :func:`tiled_attention_traffic` ``(backward=True)`` counts them:
+    $dO$ and $O$ read once for $D$; Q, dO, the LSE and D read and dQ added atomically once
+    per visited tile; K and V read and dK, dV written once per kv head (``kv_heads``, default
+    ``heads``; ``kv_hit`` must be 0, ``block_k`` defaults to ``block_q``).
 
     ``"fused"`` is the tiled backward of the backward chapter: per head it reads
     $Q$, $O$, $dO$ and the LSE once and writes $dQ$ once; every q-block that visits a key
@@ -378,7 +379,9 @@ def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None =
     if dataflow == "gpu:fused":
         return _gpu_traffic(dataflow, seq_q=seq_q, seq_k=sk, d_qk=d_qk, d_v=d_v, batch=batch,
                             heads=heads, elem=elem, block_q=block_q, block_k=block_k,
-                            causal=causal, kv_hit=kv_hit, backward=True)
+                            causal=causal, kv_hit=kv_hit, backward=True, kv_heads=kv_heads)
+    if kv_heads is not None and kv_heads != heads:
+        raise ValueError(f"kv_heads must be None (or heads) for the 'fused' dataflow; got {kv_heads!r}")
     for name, x in (("seq_q", seq_q), ("seq_k", sk), ("d_qk", d_qk), ("d_v", d_v), ("batch", batch),
                     ("heads", heads), ("elem", elem), ("block_q", block_q)):
         as_int(name, x, lo=1)
@@ -395,7 +398,8 @@ def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None =
 
 def _gpu_traffic(dataflow: str, *, seq_q: int, seq_k: int, d_qk: int | None, d_v: int,
                  batch: int, heads: int, elem: int, block_q: int, block_k: int | None,
-                 causal: bool, kv_hit: float, backward: bool) -> Traffic:
+                 causal: bool, kv_hit: float, backward: bool,
+                 kv_heads: int | None = None) -> Traffic:
     """The twin's dataflows through their closed forms (requests: no L2 hit rate)."""
     if kv_hit != 0:
         raise ValueError(f"kv_hit must be 0 for {dataflow!r}: it counts global-memory requests, "
@@ -413,7 +417,7 @@ def _gpu_traffic(dataflow: str, *, seq_q: int, seq_k: int, d_qk: int | None, d_v
         read, written = tiled_attention_traffic(
             seq_q, seq_k, d_qk, d_v, block_q=block_q,
             block_k=block_q if block_k is None else block_k, batch=batch, heads=heads,
-            causal=causal, backward=backward, elem=elem)
+            causal=causal, backward=backward, elem=elem, kv_heads=kv_heads)
     return Traffic(float(read), float(written))
 
 
@@ -671,38 +675,52 @@ def gpu_keys_visited(seq_q: int, seq_k: int, block_q: int, block_k: int, q_block
 
 def tiled_attention_traffic(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
                             block_k: int, batch: int = 1, heads: int = 1, causal: bool = False,
-                            backward: bool = False, elem: int = 4) -> tuple[int, int]:
-    r"""``(read_bytes, write_bytes)`` of global memory moved by the fused twin (all heads).
+                            backward: bool = False, elem: int = 4,
+                            kv_heads: int | None = None) -> tuple[int, int]:
+    r"""``(read_bytes, write_bytes)`` of global-memory requests by the fused twin (all heads).
 
-    Forward, per (batch, query head), with $k_i$ = :func:`gpu_keys_visited` of query block $i$:
+    Forward (:mod:`flashlab.gpu.forward`), per (batch, query head), with $k_i$ =
+    :func:`gpu_keys_visited` of query block $i$:
 
     $$\text{read} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big),\qquad
     \text{write} = e\,(S_q D_v + S_q)$$
 
-    (Q read once, K and V once per query block, O and the LSE written once). Backward: Q, dO,
-    O and the LSE read once, K and V once per query block; dQ written once and, per visited
-    tile, this block's share of dK and dV added atomically into global memory:
+    (Q read once, K and V once per query block, O and the LSE written once; GQA changes
+    nothing: each query head's blocks load their kv head's tiles themselves).
 
-    $$\text{read} = e\,\big(S_q (D_{qk} + 2 D_v + 1) + \textstyle\sum_i k_i (D_{qk} + D_v)\big),
-    \qquad \text{write} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big).$$
+    Backward (:mod:`flashlab.gpu.backward`, FlashAttention-2's loop order: key blocks outer),
+    with $R = \sum_i r_i \lceil k_i / B_c \rceil$ the query rows of all visited tiles
+    ($r_i$ rows in query block $i$). Per (batch, query head): the preprocessing kernel reads
+    $dO$ and $O$ once and writes $D$; every visited tile reads its Q, dO, LSE and D rows and
+    adds its dQ rows atomically. Per (batch, **kv head**): K and V read once, dK and dV written
+    once (``kv_heads`` = $H_{kv}$, default ``heads``):
 
-    GQA changes nothing: each query head's blocks load their kv head's tiles themselves.
+    $$\text{read} = e\,\big(H (2 S_q D_v + R\,(D_{qk} + D_v + 2)) + H_{kv} S_k (D_{qk} + D_v)\big),$$
+    $$\text{write} = e\,\big(H (S_q + R\,D_{qk}) + H_{kv} S_k (D_{qk} + D_v)\big)$$
+
+    per batch. These are requests: the L2 cache may serve repeated ones (see
+    :mod:`flashlab.gpu.traffic`).
     """
+    kv_heads = heads if kv_heads is None else kv_heads
     for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
                     ("block_q", block_q), ("block_k", block_k), ("batch", batch),
-                    ("heads", heads), ("elem", elem)):
+                    ("heads", heads), ("kv_heads", kv_heads), ("elem", elem)):
         as_int(name, x, lo=1)
+    if heads % kv_heads:
+        raise ValueError(f"heads must be a multiple of kv_heads; got heads={heads}, kv_heads={kv_heads}")
     block_q, block_k = min(block_q, seq_q), min(block_k, seq_k)
-    keys = sum(gpu_keys_visited(seq_q, seq_k, block_q, block_k, i, causal=causal)
-               for i in range(cdiv(seq_q, block_q)))
-    kv = keys * (d_qk + d_v)
+    keys = [gpu_keys_visited(seq_q, seq_k, block_q, block_k, i, causal=causal)
+            for i in range(cdiv(seq_q, block_q))]
     if backward:
-        read = seq_q * (d_qk + 2 * d_v + 1) + kv
-        write = seq_q * d_qk + kv
+        # query rows of every visited (query block, key block) tile
+        rows = sum(min(block_q, seq_q - i * block_q) * cdiv(k, block_k) for i, k in enumerate(keys))
+        kv = seq_k * (d_qk + d_v)
+        read = heads * (2 * seq_q * d_v + rows * (d_qk + d_v + 2)) + kv_heads * kv
+        write = heads * (seq_q + rows * d_qk) + kv_heads * kv
     else:
-        read = seq_q * d_qk + kv
-        write = seq_q * d_v + seq_q
-    n = batch * heads * elem
+        read = heads * (seq_q * d_qk + sum(keys) * (d_qk + d_v))
+        write = heads * (seq_q * d_v + seq_q)
+    n = batch * elem
     return read * n, write * n
 
 

@@ -33,7 +33,7 @@ SHAPES = {
 def closed_form(shape, backward=False):
     B, H, Hkv, Sq, Sk, Dqk, Dv, causal, bq, bk = shape
     return tiled_attention_traffic(Sq, Sk, Dqk, Dv, block_q=bq, block_k=bk, batch=B, heads=H,
-                                   causal=causal, backward=backward)
+                                   causal=causal, backward=backward, kv_heads=Hkv)
 
 
 def run_forward(shape, count=True):
@@ -138,8 +138,9 @@ def gpu_dataflow(shape, dataflow, backward=False):
     from flashlab.cost import backward_traffic, traffic
     B, H, Hkv, Sq, Sk, Dqk, Dv, causal, bq, bk = shape
     fn = backward_traffic if backward else traffic
+    extra = dict(kv_heads=Hkv) if backward else {}
     t = fn(dataflow, seq_q=Sq, seq_k=Sk, d_qk=Dqk, d_v=Dv, batch=B, heads=H, elem=4, block_q=bq,
-           block_k=bk, causal=causal)
+           block_k=bk, causal=causal, **extra)
     return int(t.read), int(t.written)
 
 
@@ -158,14 +159,20 @@ def test_every_request_counted_equals_the_kernels_count_and_the_closed_form(name
     # per argument: O and the LSE stored once each, nothing loaded from them
     args = log.by_argument()
     assert args["o"] == Traffic(0, 4 * B * H * Sq * Dv) and args["lse"] == Traffic(0, 4 * B * H * Sq)
-    # and the same for the backward, whose dK and dV are atomic adds
+    # and the same for the backward (FlashAttention-2's: D first, then key blocks outer), whose
+    # atomics are on dQ only: dK and dV are stored once per element, never added into
     with record_requests() as log:
         *_, own_b = flash_attention_backward_gpu(o, **x, o=o, lse=lse, causal=causal, block_q=bq,
                                                  block_k=bk, count_traffic=True)
+    assert log.launches == ["backward_dot_gpu", "flash_backward_gpu"]
     assert (own_b.read_bytes, own_b.write_bytes) == gpu_dataflow(shape, "gpu:fused", backward=True)
     assert log.traffic() == own_b
-    dk = next(a for a in log.arrays if a.name == "dk")
-    assert dk.loads == dk.stores == 0 and dk.atomics > 0
+    arrays = {(a.kernel, a.name): a for a in log.arrays}
+    dq, dk, dv = (arrays["flash_backward_gpu", n] for n in ("dq", "dk", "dv"))
+    assert dq.loads == dq.stores == 0 and dq.atomics > 0
+    for grad, d in ((dk, Dqk), (dv, Dv)):
+        assert grad.loads == grad.atomics == 0 and grad.stores == B * Hkv * Sk * d
+        assert grad.stored.all()
 
 
 @pytest.mark.parametrize("causal", [False, True])

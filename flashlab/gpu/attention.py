@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashlab.arguments import as_bool
-from flashlab.gpu.backward import backward_kernel, backward_shared_bytes, backward_threads
+from flashlab.gpu.backward import DOT_ROWS, backward_kernel, backward_shared_bytes, backward_threads, dot_kernel
 from flashlab.gpu.forward import cuda, forward_kernel, forward_shared_bytes, forward_threads
 from flashlab.gpu.standard import (
     SOFTMAX_WARPS,
@@ -131,13 +131,17 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     threads = backward_threads(p.block_q, p.block_k, Dqk, Dv)
     _check_launch(threads, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_k")
     kernel = backward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
+    gdo, go = cuda.to_device(do), cuda.to_device(o)
+    dd = cuda.device_array((B, H, Sq), dtype=np.float32)
+    counter = _counter()
+    # D = rowsum(dO o O), once (FlashAttention-2's preprocessing kernel)
+    dot_kernel(Dv, count)[(B * H, cdiv(Sq, DOT_ROWS)), 8 * DOT_ROWS](gdo, go, dd, counter)
     dq = cuda.to_device(np.zeros((B, H, Sq, Dqk), dtype=np.float32))   # the atomics add into it
     dk = cuda.device_array((B, Hkv, Sk, Dqk), dtype=np.float32)
     dv = cuda.device_array((B, Hkv, Sk, Dv), dtype=np.float32)
-    counter = _counter()
     dev = cuda.to_device
     kernel[(B * Hkv, cdiv(Sk, p.block_k)), threads](
-        dev(do), dev(p.q), dev(p.k), dev(p.v), dev(o), dev(lse.astype(np.float32)),
+        gdo, dev(p.q), dev(p.k), dev(p.v), dev(lse.astype(np.float32)), dd,
         dev(q_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
         dq, dk, dv, counter)
     out = (dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())

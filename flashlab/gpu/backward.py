@@ -19,9 +19,10 @@ of warp ``w`` holds ``TM`` key rows ``r0 .. r0 + TM - 1`` and, in registers for 
 loop, its micro-tiles of $dK_j$ and $dV_j$ (those rows x the columns ``tx, tx + 8, ...``).
 Per visited query block:
 
-1. $Q_i$ and $dO_i$ go to padded shared tiles; $\mathrm{LSE}_i$ and $D_i$ (from $dO_i$ and
-   $O_i$; FlashAttention-2 computes $D$ once in a small preprocessing kernel, here each visit
-   recomputes it: one kernel fewer, ``rows x Dv`` more reads per visit) to shared vectors;
+1. $Q_i$ and $dO_i$ go to padded shared tiles, $\mathrm{LSE}_i$ and $D_i$ to shared vectors;
+   $D = \operatorname{rowsum}(dO \circ O)$ was computed once before, as in FlashAttention-2, by
+   a small preprocessing kernel (:func:`dot_kernel`: it streams $dO$ and $O$ once, where
+   recomputing $D_i$ on every visit would re-read $O_i$ there);
 2. each lane computes its ``TM x TN`` micro-tiles of $S^\top = K_j Q_i^\top$ and
    $dP^\top = V_j\, dO_i^\top$ (:func:`flashlab.gpu.tiles.product_abt`, keys x queries), and from
    them $P^\top$ and $dS^\top$ in registers, written to two padded shared tiles;
@@ -44,10 +45,10 @@ on a GPU. The tests compare against the float64 reference with a tolerance, neve
 $dS = 0$ exactly; as :func:`flashlab.kernels.backward.zero_one_key_rows` does, its $dS$ is
 written as 0 (computed, $dP - D$ would be a rounding difference).
 
-**Counting** as in the forward: a second build with ``count=True`` adds every global load
-and store (an atomic add counts as a 4-byte store) into ``counter``; the closed form is
-:func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``. The zero-filled $dQ$
-the atomics add into is prepared by the host before the launch and not counted.
+**Counting** as in the forward: a second build of both kernels with ``count=True`` adds every
+global load and store (an atomic add counts as a 4-byte store) into ``counter``; the closed
+form is :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``. The zero-filled
+$dQ$ the atomics add into is prepared by the host before the launch and not counted.
 """
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ from flashlab.gpu.tiles import (
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
 
-__all__ = ["backward_kernel", "backward_shared_bytes", "backward_threads", "backward_tiling"]
+__all__ = ["backward_kernel", "backward_shared_bytes", "backward_threads", "backward_tiling",
+           "dot_kernel", "DOT_ROWS"]
+
+#: query rows per block of :func:`dot_kernel` (8 lanes per row)
+DOT_ROWS = 16
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -119,14 +124,58 @@ def backward_shared_bytes(block_q: int, block_k: int, d_qk: int, d_v: int) -> in
 
 
 @lru_cache(maxsize=None)
+def dot_kernel(d_v: int, count: bool):
+    """``D = rowsum(dO o O)``, the backward's preprocessing; grid (B*H, ceil(Sq/DOT_ROWS)),
+    ``8 DOT_ROWS`` threads: 8 lanes per row, lane ``tx`` reading columns ``tx, tx + 8, ...``
+    (neighbouring lanes, neighbouring words), the 8 partial sums combined through shared memory.
+
+    do, o (B, H, Sq, Dv) float32; dd (B, H, Sq) float32 out; counter (2,) int64.
+    """
+    DV, COUNT, R = d_v, count, DOT_ROWS
+    LX = LANE_COLS
+    TD = _cdiv(d_v, LX)
+
+    @cuda.jit
+    def backward_dot_gpu(do, o, dd, counter):
+        H, Sq = do.shape[1], do.shape[2]
+        b, h = cuda.blockIdx.x // H, cuda.blockIdx.x % H
+        t = cuda.threadIdx.x
+        r, tx = t // LX, t % LX
+        i = cuda.blockIdx.y * R + r
+        reads = writes = 0
+        red = cuda.shared.array((R, LANE_COLS), float32)   # the 8 lanes' partial sums per row
+        x = float32(0.0)
+        if i < Sq:
+            for e in range(TD):
+                d = tx + LX * e
+                if d < DV:
+                    # D_i = sum_d dO_id O_id   (this lane's columns)
+                    x += do[b, h, i, d] * o[b, h, i, d]
+                    reads += 8
+        red[r, tx] = x
+        cuda.syncthreads()
+        if i < Sq and tx == 0:
+            total = float32(0.0)
+            for y in range(LX):
+                total += red[r, y]
+            dd[b, h, i] = total
+            writes += 4
+        if COUNT:
+            flush(counter, reads, writes)
+
+    return backward_dot_gpu
+
+
+@lru_cache(maxsize=None)
 def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool):
     """The backward kernel for one tiling and head dims (compile-time constants), counting or not.
 
     Launch: grid ``(B * Hkv, ceil(Sk / block_k))``, :func:`backward_threads` threads.
-    Arguments: do, o (B, H, Sq, Dv), q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv),
-    lse (B, H, Sq) float32; q_blocks (n_kblocks, 2) int64, the query-block range ``[qb0, qb1)``
-    each key block visits; scale float32; left, right the band; outputs dq (B, H, Sq, Dqk)
-    **zero-filled** (atomic adds), dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32;
+    Arguments: do (B, H, Sq, Dv), q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv),
+    lse and dd (B, H, Sq) float32 (dd = rowsum(dO o O) from :func:`dot_kernel`); q_blocks
+    (n_kblocks, 2) int64, the query-block range ``[qb0, qb1)`` each key block visits; scale
+    float32; left, right the band; outputs dq (B, H, Sq, Dqk) **zero-filled** (atomic adds),
+    dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32;
     counter (2,) int64 (read, write bytes), added to only when ``count``.
     """
     BQ, BK, DQK, DV, COUNT = block_q, block_k, d_qk, d_v, count
@@ -144,7 +193,7 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     dq_of = product_atb(TMQ, CH, KROWS)   # dQ_i micro-tile (CH columns) += dS K_j
 
     @cuda.jit
-    def flash_backward_gpu(do, q, k, v, o, lse, q_blocks, scale, left, right, dq, dk, dv,
+    def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, dq, dk, dv,
                            counter):
         H, Sq = q.shape[1], q.shape[2]
         Hkv, Sk = k.shape[1], k.shape[2]
@@ -200,15 +249,14 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                 for e in range(rows * DOS[1] + t, QROWS * DOS[1], NT):
                     dos[e // DOS[1], e % DOS[1]] = 0.0
                 cuda.syncthreads()           # Q_i, dO_i complete
+                # LSE_i, D_i -> shared (-inf, 0 past the block's end: P = 0 there)
                 for r in range(t, QROWS, NT):
-                    x = float32(0.0)
                     m = float32(-math.inf)
+                    x = float32(0.0)
                     if r < rows:
                         m = lse[b, h, i0 + r]
-                        for d in range(DV):
-                            # D_i = sum_d dO_id O_id
-                            x += dos[r, d] * o[b, h, i0 + r, d]
-                        reads += 4 * (DV + 1)
+                        x = dd[b, h, i0 + r]
+                        reads += 8
                     lse_s[r] = m
                     dd_s[r] = x
                 for r in range(TM):

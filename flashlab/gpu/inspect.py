@@ -39,7 +39,8 @@ __all__ = ["tool_paths", "inspect_all", "sass_loops", "ptxas_resources", "table"
 #: head dims the report compiles every kernel at
 DIMS = (64, 128)
 #: the kernels, in report order
-KERNEL_NAMES = ("forward", "backward", "standard_scores", "standard_softmax", "standard_pv")
+KERNEL_NAMES = ("forward", "backward_dot", "backward", "standard_scores", "standard_softmax",
+                "standard_pv")
 #: (block_q, block_k) candidates for the fused kernels, first the bench's: each kernel is
 #: compiled at the first that fits in 48 KiB of static shared memory at its head dim
 TILE_CHOICES = ((64, 32), (32, 32), (32, 16), (16, 16))
@@ -78,9 +79,10 @@ def fitting_tile(shared_bytes, d: int) -> tuple[int, int]:
 
 def _kernels(d: int) -> list[tuple[str, Any, str, tuple[int, int]]]:
     """(name, kernel, Numba signature, tile) of every kernel at head dim ``d``."""
-    from flashlab.gpu.backward import backward_kernel, backward_shared_bytes
+    from flashlab.gpu.backward import DOT_ROWS, backward_kernel, backward_shared_bytes, dot_kernel
     from flashlab.gpu.forward import forward_kernel, forward_shared_bytes
     from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
+    from flashlab.gpu.tiles import LANE_COLS
     a4, a3, i2, c = "float32[:, :, :, ::1]", "float32[:, :, ::1]", "int64[:, ::1]", "int64[::1]"
     band = "float32, int64, int64"
     T = STANDARD_TILE
@@ -89,8 +91,9 @@ def _kernels(d: int) -> list[tuple[str, Any, str, tuple[int, int]]]:
     return [
         ("forward", forward_kernel(fq, fk, d, d, False),
          f"void({a4}, {a4}, {a4}, {i2}, {band}, {a4}, {a3}, {c})", (fq, fk)),
+        ("backward_dot", dot_kernel(d, False), f"void({a4}, {a4}, {a3}, {c})", (DOT_ROWS, LANE_COLS)),
         ("backward", backward_kernel(bq, bk, d, d, False),
-         f"void({a4}, {a4}, {a4}, {a4}, {a4}, {a3}, {i2}, {band}, {a4}, {a4}, {a4}, {c})", (bq, bk)),
+         f"void({a4}, {a4}, {a4}, {a4}, {a3}, {a3}, {i2}, {band}, {a4}, {a4}, {a4}, {c})", (bq, bk)),
         ("standard_scores", scores_kernel(T, d, False), f"void({a4}, {a4}, {band}, {a4}, {c})", (T, T)),
         ("standard_softmax", softmax_kernel(T, False), f"void({a4}, {c})", (T, T)),
         ("standard_pv", pv_kernel(T, d, False), f"void({a4}, {a4}, {a4}, {c})", (T, T)),
