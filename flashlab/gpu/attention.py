@@ -72,34 +72,48 @@ def _float32(p: Problem) -> None:
         raise TypeError(f"q, k and v must be float32 for the GPU twin; got {p.dtype}")
 
 
-def _check_launch(threads: int, shared: int, what: str) -> None:
+def _check_launch(threads: int, shared: int, what: str,
+                  advice: str = "choose smaller block_q, block_k") -> None:
     if threads > MAX_THREADS:
-        raise ValueError(f"{what} must be <= {MAX_THREADS} (one thread per row of a block); got {threads}")
+        raise ValueError(f"{what} must give <= {MAX_THREADS} threads per block; got {threads}")
     if shared > STATIC_SHARED_LIMIT and not is_simulator():
-        raise ValueError(f"block_q and block_k give {shared} bytes of shared memory per block, over the "
-                         f"{STATIC_SHARED_LIMIT} a CUDA block may declare; choose smaller tiles")
+        raise ValueError(f"{what} gives {shared} bytes of shared memory per block, over the "
+                         f"{STATIC_SHARED_LIMIT} a CUDA block may declare statically; {advice}")
+
+
+def _tiles(p: Problem, block_q: int | None, block_k: int | None, shared_bytes) -> Problem:
+    """``p`` with the tiles asked for; a ``None`` takes that side of the first tile of
+    :data:`flashlab.gpu.inspect.TILE_CHOICES` that fits in static shared memory at p's head dims."""
+    if block_q is not None and block_k is not None:
+        return p
+    from flashlab.gpu.inspect import fitting_tile
+    fit = fitting_tile(shared_bytes, p.shape[5], p.shape[6])
+    return p.with_blocks(fit[0] if block_q is None else block_q, fit[1] if block_k is None else block_k)
 
 
 def _counter():
     return cuda.to_device(np.zeros(COUNTER_SLOTS, dtype=np.int64))
 
 
-def flash_attention_gpu(q, k, v, *, causal=False, block_q: int = 64, block_k: int = 64,
-                        count_traffic=False):
+def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
+                        block_k: int | None = None, count_traffic=False):
     """Fused attention forward on CUDA (or the simulator): ``(o, lse)`` or ``(o, lse, traffic)``.
 
     q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32, H a multiple of Hkv;
     o (B, H, Sq, Dv) and lse (B, H, Sq) float32 (lse = -inf for a row with no allowed key).
-    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i. ``block_q`` is also the number
-    of threads per block. ``traffic`` counts global-memory bytes, equal to
+    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i. Tiles ``block_q x block_k``
+    (``None``: the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` whose shared tiles fit in
+    48 KiB). ``traffic`` counts global-memory requests in bytes, equal to
     :func:`flashlab.cost.tiled_attention_traffic`.
     """
-    p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+                block_k=1 if block_k is None else block_k)
     _float32(p)
+    p = _tiles(p, block_q, block_k, forward_shared_bytes)
     count = as_bool("count_traffic", count_traffic)
     B, H, _, Sq, _, Dqk, Dv = p.shape
     threads = forward_threads(p.block_q, p.block_k, Dv)
-    _check_launch(threads, forward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q")
+    _check_launch(threads, forward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q x block_k")
     kernel = forward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
     o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
     lse = cuda.device_array((B, H, Sq), dtype=np.float32)
@@ -111,8 +125,8 @@ def flash_attention_gpu(q, k, v, *, causal=False, block_q: int = 64, block_k: in
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
 
-def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: int = 64,
-                                 block_k: int = 64, count_traffic=False):
+def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: int | None = None,
+                                 block_k: int | None = None, count_traffic=False):
     """Fused attention backward on CUDA: ``(dq, dk, dv)`` or ``(dq, dk, dv, traffic)``.
 
     do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
@@ -123,13 +137,15 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     FlashAttention-2 (:mod:`flashlab.gpu.backward`); dQ is summed with atomic adds, so on a
     GPU its last bits can differ from run to run.
     """
-    p = prepare(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+                block_k=1 if block_k is None else block_k)
     _float32(p)
+    p = _tiles(p, block_q, block_k, backward_shared_bytes)
     do, o, lse = backward_operands(p, do, o, lse)
     count = as_bool("count_traffic", count_traffic)
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     threads = backward_threads(p.block_q, p.block_k, Dqk, Dv)
-    _check_launch(threads, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_k")
+    _check_launch(threads, backward_shared_bytes(p.block_q, p.block_k, Dqk, Dv), "block_q x block_k")
     kernel = backward_kernel(p.block_q, p.block_k, Dqk, Dv, count)
     gdo, go = cuda.to_device(do), cuda.to_device(o)
     dd = cuda.device_array((B, H, Sq), dtype=np.float32)
@@ -160,7 +176,9 @@ def standard_attention_gpu(q, k, v, *, causal=False, count_traffic=False):
     count = as_bool("count_traffic", count_traffic)
     B, H, _, Sq, Sk, Dqk, Dv = p.shape
     T = STANDARD_TILE
-    _check_launch(standard_threads(T, max(Dqk, Dv)), standard_shared_bytes(T, Dqk, Dv), "the tile")
+    _check_launch(standard_threads(T, max(Dqk, Dv)), standard_shared_bytes(T, Dqk, Dv),
+                  f"the standard kernels' {T}-row tile",
+                  "the three-kernel baseline has one fixed tile: use head dims <= 128")
     grid = (B * H, cdiv(Sq, T))
     s = cuda.device_array((B, H, Sq, Sk), dtype=np.float32)
     o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)

@@ -68,13 +68,16 @@ def tool_paths() -> dict[str, str] | None:
     return out
 
 
-def fitting_tile(shared_bytes, d: int) -> tuple[int, int]:
-    """The first of :data:`TILE_CHOICES` whose ``shared_bytes(bq, bk, d, d)`` fits in 48 KiB."""
+def fitting_tile(shared_bytes, d: int, d_v: int | None = None) -> tuple[int, int]:
+    """The first of :data:`TILE_CHOICES` whose ``shared_bytes(bq, bk, d, d_v)`` fits in 48 KiB
+    (``d_v`` defaults to ``d``)."""
     from flashlab.gpu.attention import STATIC_SHARED_LIMIT
+    dv = d if d_v is None else d_v
     for bq, bk in TILE_CHOICES:
-        if shared_bytes(bq, bk, d, d) <= STATIC_SHARED_LIMIT:
+        if shared_bytes(bq, bk, d, dv) <= STATIC_SHARED_LIMIT:
             return bq, bk
-    raise ValueError(f"d must leave room for a {TILE_CHOICES[-1]} tile in shared memory; got {d}")
+    raise ValueError(f"d must leave room for a {TILE_CHOICES[-1]} tile in {STATIC_SHARED_LIMIT} bytes "
+                     f"of shared memory; got d={d}, d_v={dv}")
 
 
 def _kernels(d: int) -> list[tuple[str, Any, str, tuple[int, int]]]:
