@@ -126,7 +126,7 @@ def check_shared_memory_bytes(fn: Callable[[int, int, int, int], int]) -> Feedba
     # a slip is named only when it gives every case's answer (the cases tell them apart)
     slips = (
         ("score_tile_shared", lambda bq, bk, dqk, dv: 4 * (bq * dqk + bk * dqk + bk * dv + bq * bk),
-         "the scores are not an operand tile: S lives in the lanes' register micro-tiles (the "
+         "the score tile is not an operand tile: S lives in the lanes' register micro-tiles (the "
          "P~ tile the kernel adds for the exchange between lanes is not asked for)."),
         ("accumulator_shared", lambda bq, bk, dqk, dv: 4 * (bq * dqk + bk * dqk + bk * dv + bq * dv),
          "the output accumulator O~ lives in the lanes' register micro-tiles, not in shared memory."),
