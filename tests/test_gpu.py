@@ -147,3 +147,28 @@ def test_choosing_the_simulator_keeps_flashlabs_cache_folder(tmp_path):
             f"config.CACHE_DIR = {str(tmp_path)!r}\n"
             "from flashlab.gpu import target\ntarget.cuda()\nprint(config.CACHE_DIR)")
     assert _python(code) == str(tmp_path)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_shared_tiles_are_conflict_free(d):
+    """Every warp access of the backward's products to its padded shared tiles hits distinct
+    banks (words of one bank are broadcast when equal), at the tiles the inspection compiles."""
+    from flashlab.gpu.backward import _shapes, backward_shared_bytes, backward_tiling
+    from flashlab.gpu.inspect import fitting_tile
+    from flashlab.gpu.tiles import LANE_COLS, _conflicts
+    bq, bk = fitting_tile(backward_shared_bytes, d)
+    t, sh = backward_tiling(bq, bk, d, d), _shapes(bq, bk, d, d)
+    lanes = [(lane // LANE_COLS, lane % LANE_COLS) for lane in range(32)]
+    tm, tmq = t["tm"], t["tmq"]
+    width = {name: sh[name][1] for name in ("q", "do", "k", "v", "p", "ds")}
+    for col in range(4):
+        for name in ("k", "v"):       # A operand of S^T = K Q^T, dP^T = V dO^T: rows r0 + r
+            assert _conflicts(ty * tm * width[name] + col for ty, tx in lanes) == 1, name
+        for name in ("q", "do"):      # B operand: rows tx + 8 c
+            assert _conflicts(tx * width[name] + col for ty, tx in lanes) == 1, name
+        for name in ("p", "ds"):      # P^T, dS^T written at (r0 + r, tx + 8 c), read at (r0 + r, c)
+            assert _conflicts(ty * tm * width[name] + tx + 8 * col for ty, tx in lanes) == 1, name
+            assert _conflicts(ty * tm * width[name] + col for ty, tx in lanes) == 1, name
+        # dQ: the dS^T tile read transposed, (c, a0 + r); K read along a row (c, tx + 8 e)
+        assert _conflicts(col * width["ds"] + ty * tmq for ty, tx in lanes) == 1
+        assert _conflicts(col * width["k"] + tx + 8 * col for ty, tx in lanes) == 1

@@ -299,3 +299,16 @@ def test_a_planted_read_of_k_in_the_inner_loop_is_caught(planted):
     else:
         assert k_reads == staged
         assert log.traffic() == own
+
+
+@pytest.mark.parametrize("sq, sk, bq, bk", [(33, 7, 8, 4), (7, 33, 4, 8), (40, 40, 16, 8), (5, 64, 8, 16)])
+def test_backward_visits_the_forwards_tiles_key_block_by_key_block(sq, sk, bq, bk):
+    # q_blocks (the backward's table, key blocks outer) is kv_blocks transposed: the same tiles
+    from flashlab.gpu.attention import kv_blocks, q_blocks
+    from flashlab.validation import prepare
+    x = make_qkv(1, 1, 1, sq, sk, 4, 4, seed=5)
+    for causal in (False, True):
+        p = prepare(**x, causal=causal, block_q=bq, block_k=bk)
+        forward = {(i, j) for i, (a, b) in enumerate(kv_blocks(p)) for j in range(a, b)}
+        backward = {(i, j) for j, (a, b) in enumerate(q_blocks(p)) for i in range(a, b)}
+        assert backward == forward and q_blocks(p).shape == (-(-sk // min(bk, sk)), 2)

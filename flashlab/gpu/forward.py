@@ -27,7 +27,8 @@ entry of a visited tile; GQA reads kv head ``h // (H // Hkv)``; ``Dqk`` and ``Dv
 independent (192 / 128). A block has :func:`forward_threads` threads (a multiple of 32).
 
 **Counting.** :func:`forward_kernel` compiles the same Python function twice: with
-``count=True`` every thread adds the bytes it loads from and stores to global memory into
+``count=True`` every thread adds the bytes it loads from and stores to global memory (its
+global-memory requests, whether L2 or DRAM serves them) into
 two local integers and, at the end, atomically into a global ``counter`` (read, write); with
 ``count=False`` those lines are removed at compile time. Loads of shared memory are not
 global traffic and are not counted. The ``(kb0, kb1)`` table (8 bytes per query block) is
