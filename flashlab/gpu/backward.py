@@ -223,13 +223,21 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         dk_acc = cuda.local.array((TM, TDK), float32)  # registers: the lane's dK_j / scale
         dv_acc = cuda.local.array((TM, TDV), float32)  # registers: the lane's dV_j
         dq_acc = cuda.local.array((TMQ, CH), float32)  # registers: CH columns of its dQ_i / scale
+        # the padding columns of Q_i, dO_i (read into lane columns past D, never stored): zero once
+        for e in range(t, QROWS * QS[1], NT):
+            qs[e // QS[1], e % QS[1]] = 0.0
+        for e in range(t, QROWS * DOS[1], NT):
+            dos[e // DOS[1], e % DOS[1]] = 0.0
+        cuda.syncthreads()
         # K_j, V_j -> shared, once; rows past the block's end zero (dQ = dS K sums over them)
         reads += stage(ks, k, b, hk, j0, cols, t, NT)
         reads += stage(vs, v, b, hk, j0, cols, t, NT)
-        for e in range(cols * KS[1] + t, KROWS * KS[1], NT):
-            ks[e // KS[1], e % KS[1]] = 0.0
-        for e in range(cols * VS[1] + t, KROWS * VS[1], NT):
-            vs[e // VS[1], e % VS[1]] = 0.0
+        for e in range(t, KROWS * KS[1], NT):
+            if e // KS[1] >= cols or e % KS[1] >= DQK:
+                ks[e // KS[1], e % KS[1]] = 0.0      # and the padding columns
+        for e in range(t, KROWS * VS[1], NT):
+            if e // VS[1] >= cols or e % VS[1] >= DV:
+                vs[e // VS[1], e % VS[1]] = 0.0
         for r in range(TM):
             for e in range(TDK):
                 dk_acc[r, e] = 0.0

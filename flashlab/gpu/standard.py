@@ -107,6 +107,13 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
         qs = cuda.shared.array(QS, float32)
         ks = cuda.shared.array(KS, float32)
         acc = cuda.local.array((TM, TN), float32)
+        # rows past the block's or the key tile's end (read by lanes whose results are never stored):
+        # zero once, so that no garbage is multiplied
+        for e in range(t, QS[0] * QS[1], NT):
+            qs[e // QS[1], e % QS[1]] = 0.0
+        for e in range(t, KS[0] * KS[1], NT):
+            ks[e // KS[1], e % KS[1]] = 0.0
+        cuda.syncthreads()
         reads += stage(qs, q, b, h, i0, rows, t, NT)     # Q tile -> shared (once)
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
