@@ -56,7 +56,8 @@ from flashlab.cost import (
 )
 
 __all__ = ["FP32_LANES_PER_SM", "TENSOR_FLOPS_PER_SM_CLOCK", "PEAK_OF", "device_peaks", "roofline",
-           "make_record", "pair_summary", "bench_document", "write_json", "report", "main"]
+           "make_record", "pair_summary", "bench_document", "write_json", "report", "run_twin",
+           "run_torch", "main"]
 
 #: FP32 lanes (CUDA cores) per SM by compute capability major.minor; 2 FLOPs each per clock (FMA)
 FP32_LANES_PER_SM = {(6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128,

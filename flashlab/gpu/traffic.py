@@ -14,10 +14,10 @@ r"""Global-memory requests of a :mod:`flashlab.gpu` launch, counted two independ
 What both count are **global-memory requests**: bytes the threads ask of global memory. On a
 GPU the L2 cache (50 MB on an H100 or H200) serves repeated requests to the same lines; the
 bytes that reach DRAM lie between the *distinct* bytes a launch touches (each element fetched
-once, :attr:`RequestLog.distinct_traffic`) and the requests. ``flashlab.cost.traffic``'s
+once, ``RequestLog.distinct_traffic()``) and the requests. ``flashlab.cost.traffic``'s
 ``"gpu:*"`` dataflows give the requests in closed form, its ``"fused"`` / ``"standard"``
 dataflows with ``kv_hit=1`` the DRAM bytes when L2 holds every re-read; on a GPU with Nsight
-Compute, ``python -m flashlab.gpu.bench`` measures the DRAM bytes themselves.
+Compute, ``python -m flashlab.gpu.bench --ncu`` measures the DRAM bytes themselves.
 
 This module imports no CUDA package at import time; :func:`record_requests` imports the
 simulator's classes when it is entered.
@@ -160,7 +160,7 @@ def record_requests() -> Iterator[RequestLog]:
     from flashlab.gpu.target import is_simulator
     if not is_simulator():
         raise RuntimeError("record_requests counts in Numba's CUDA simulator only; on a GPU use "
-                           "Nsight Compute (python -m flashlab.gpu.bench records its DRAM bytes)")
+                           "Nsight Compute (python -m flashlab.gpu.bench --ncu records its DRAM bytes)")
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
