@@ -23,7 +23,7 @@ from flashlab.gpu.standard import (
     standard_shared_bytes,
     standard_threads,
 )
-from flashlab.gpu.target import is_simulator
+from flashlab.gpu.target import STATIC_SHARED_LIMIT, is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
 from flashlab.masks import kv_block_range
 from flashlab.tiling import cdiv
@@ -32,8 +32,6 @@ from flashlab.validation import Problem, backward_operands, prepare
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
            "kv_blocks", "q_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
 
-#: static shared memory one CUDA thread block may declare (48 KiB on every CUDA GPU)
-STATIC_SHARED_LIMIT = 48 * 1024
 #: threads per block, at most (one per query row here)
 MAX_THREADS = 1024
 

@@ -71,7 +71,7 @@ def tool_paths() -> dict[str, str] | None:
 def fitting_tile(shared_bytes, d: int, d_v: int | None = None) -> tuple[int, int]:
     """The first of :data:`TILE_CHOICES` whose ``shared_bytes(bq, bk, d, d_v)`` fits in 48 KiB
     (``d_v`` defaults to ``d``)."""
-    from flashlab.gpu.attention import STATIC_SHARED_LIMIT
+    from flashlab.gpu.target import STATIC_SHARED_LIMIT  # imports no CUDA package
     dv = d if d_v is None else d_v
     for bq, bk in TILE_CHOICES:
         if shared_bytes(bq, bk, d, dv) <= STATIC_SHARED_LIMIT:

@@ -30,7 +30,11 @@ import ctypes
 import os
 import sys
 
-__all__ = ["driver_device_count", "cuda", "is_simulator", "describe", "compile_only"]
+__all__ = ["driver_device_count", "cuda", "is_simulator", "describe", "compile_only",
+           "STATIC_SHARED_LIMIT"]
+
+#: static shared memory one CUDA thread block may declare (48 KiB on every CUDA GPU)
+STATIC_SHARED_LIMIT = 48 * 1024
 
 _ENV = "NUMBA_ENABLE_CUDASIM"
 _COMPILE_ONLY = False   # set by compile_only(): the real numba.cuda, to compile (no GPU needed)
