@@ -172,3 +172,27 @@ def test_backward_shared_tiles_are_conflict_free(d):
         # dQ: the dS^T tile read transposed, (c, a0 + r); K read along a row (c, tx + 8 e)
         assert _conflicts(col * width["ds"] + ty * tmq for ty, tx in lanes) == 1
         assert _conflicts(col * width["k"] + tx + 8 * col for ty, tx in lanes) == 1
+
+
+def test_launches_over_static_shared_memory_are_refused_on_a_gpu(monkeypatch):
+    """On a real GPU (faked here: the check is skipped in the simulator, which has no limit) a
+    block over 48 KiB of static shared memory is refused with the way out; the default tiles fit."""
+    from flashlab.gpu import attention
+    monkeypatch.setattr(attention, "is_simulator", lambda: False)
+    x = make_qkv(1, 1, 1, 64, 64, 64, 64, seed=1)   # lengths >= the tiles (prepare clamps them)
+    with pytest.raises(ValueError, match="shared memory per block.*choose smaller block_q, block_k"):
+        flash_attention_gpu(**x, block_q=64, block_k=64)
+    o, lse = np.zeros_like(x["q"]), np.zeros(x["q"].shape[:3], np.float32)
+    with pytest.raises(ValueError, match="shared memory per block"):
+        flash_attention_backward_gpu(o, **x, o=o, lse=lse, block_q=64, block_k=64)
+    # the default tiles (None): the first of TILE_CHOICES that fits, checked before any launch
+    from flashlab.gpu.backward import backward_shared_bytes
+    from flashlab.gpu.forward import forward_shared_bytes
+    from flashlab.validation import prepare
+    for shared in (forward_shared_bytes, backward_shared_bytes):
+        p = attention._tiles(prepare(**x, block_q=1, block_k=1), None, None, shared)
+        assert shared(p.block_q, p.block_k, 64, 64) <= attention.STATIC_SHARED_LIMIT
+        assert (p.block_q, p.block_k) != (1, 1)
+    wide = make_qkv(1, 1, 1, 9, 9, 192, 128, seed=1)
+    with pytest.raises(ValueError, match="one fixed tile: use head dims <= 128"):
+        standard_attention_gpu(**wide)
