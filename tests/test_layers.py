@@ -59,6 +59,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
             ("flashlab.pipeline.params",),
             ("flashlab.pipeline.roofline",),
             ("flashlab.pipeline.profiles",),
+            ("flashlab.pipeline.calibrated",),
             ("flashlab.pipeline.hardware",),
             ("flashlab.pipeline.simulate",),
             ("flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations"),
@@ -88,7 +89,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
 PACKAGES: dict[str, list[tuple[str, ...]]] = {
     "flashlab.data": [("__init__",)],
     "flashlab.kernels": [("intrinsics", "blas"), ("tile",), ("forward", "backward", "decode"), ("__init__",)],
-    "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("attention",),
+    "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("inspect",), ("attention",),
                      ("__init__", "bench")],
     "flashlab.cann": [("attributes", "sparse_modes"), ("layouts",), ("varlen",), ("plan",), ("pse",),
                       ("operator",), ("__init__",)],

@@ -63,7 +63,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("The CUDA twin (GPU or CUDA simulator)",
      ("flashlab.gpu", "flashlab.gpu.attention", "flashlab.gpu.target", "flashlab.gpu.tiles", "flashlab.gpu.forward",
       "flashlab.gpu.backward", "flashlab.gpu.standard", "flashlab.gpu.traffic",
-      "flashlab.gpu.bench")),
+      "flashlab.gpu.bench", "flashlab.gpu.inspect")),
     ("Exercise checkers",
      ("flashlab.exercises", "flashlab.exercises.foundations", "flashlab.exercises.rect",
       "flashlab.exercises.gpu", "flashlab.exercises.grading")),
