@@ -89,8 +89,8 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
 PACKAGES: dict[str, list[tuple[str, ...]]] = {
     "flashlab.data": [("__init__",)],
     "flashlab.kernels": [("intrinsics", "blas"), ("tile",), ("forward", "backward", "decode"), ("__init__",)],
-    "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("inspect",), ("attention",),
-                     ("__init__", "bench")],
+    "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("inspect",),
+                     ("attention",), ("__init__", "bench")],
     "flashlab.cann": [("attributes", "sparse_modes"), ("layouts",), ("varlen",), ("plan",), ("pse",),
                       ("operator",), ("__init__",)],
     "flashlab.pipeline": [tuple(name.rsplit(".", 1)[1] for name in layer)
