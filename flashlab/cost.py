@@ -64,8 +64,8 @@ __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "attention_flops", "attention_backward_f
            "mla_dataflow_ideas", "accumulator_bytes", "attended_pairs",
            "check_dataflow", "mla_forward_steps", "backward_partials_elements",
            "mla_backward_steps", "MLA_IDEAS", "mla_savings",
-           "KV_RESIDENT", "TRAFFIC_DATAFLOWS", "Traffic", "kv_reread_factor", "traffic",
-           "backward_traffic"]
+           "KV_RESIDENT", "TRAFFIC_DATAFLOWS", "BACKWARD_TRAFFIC_DATAFLOWS", "Traffic",
+           "kv_reread_factor", "traffic", "backward_traffic"]
 
 #: floating-point operations counted per softmax element (max, subtract, exp, sum, divide)
 SOFTMAX_FLOPS_PER_ELEMENT = 5
@@ -210,8 +210,13 @@ def flash_backward_intensity(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, blo
 KV_RESIDENT = 1.0
 
 #: the dataflows :func:`traffic` knows: standard attention (Algorithm 0), the fused kernel,
-#: one decoding step, and the four MLA dataflows (``"mla:<dataflow>"``)
-TRAFFIC_DATAFLOWS = ("standard", "fused", "decode", *(f"mla:{f}" for f in DATAFLOWS))
+#: one decoding step, the four MLA dataflows (``"mla:<dataflow>"``) and the two kernels of the
+#: CUDA twin :mod:`flashlab.gpu` (``"gpu:standard"``, ``"gpu:fused"``), counted as the twin
+#: requests them from global memory
+TRAFFIC_DATAFLOWS = ("standard", "fused", "decode", *(f"mla:{f}" for f in DATAFLOWS),
+                     "gpu:standard", "gpu:fused")
+#: the dataflows :func:`backward_traffic` knows: the fused backward and the twin's
+BACKWARD_TRAFFIC_DATAFLOWS = ("fused", "gpu:fused")
 
 
 def _check_hit(kv_hit) -> None:
@@ -263,13 +268,25 @@ class Traffic:
 def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | None = None,
             d_v: int, d_nope: int | None = None, d_rope: int = 0, batch: int = 1, heads: int = 1,
             elem: int = 2, block_q: int = 128, kv_hit: float = 0.0, causal: bool = False,
-            lse_elem: int | None = None) -> Traffic:
+            lse_elem: int | None = None, block_k: int | None = None) -> Traffic:
     r"""Main-memory (HBM) bytes of ``dataflow``'s forward: the book's one traffic model.
 
     ``dataflow`` is one of :data:`TRAFFIC_DATAFLOWS`:
 
-    - ``"standard"``: Algorithm 0, $e\,(S_q d + S_k d + 4 S_q S_k + S_k d_v + S_q d_v)$
-      (:func:`hbm_elements_standard`; S and P go through main memory);
+    - ``"standard"``: Algorithm 0 as three unfused operators ($S = QK^\top$, $P =
+      \operatorname{softmax}(S)$, $O = PV$), each reading its inputs once and writing its output
+      once: $e\,(S_q d + S_k d + 4 S_q S_k + S_k d_v + S_q d_v)$ (:func:`hbm_elements_standard`;
+      S and P go through main memory). With ``causal`` the mask is one more elementwise pass over
+      S (read S, write S, as ``masked_fill`` does between the operators): $+2 e S_q S_k$;
+    - ``"gpu:standard"``: the CUDA twin's three kernels (:mod:`flashlab.gpu.standard`), as
+      :func:`standard_attention_traffic` with row tile $T$ = ``block_q``: K and V re-read once
+      per row tile, S read twice by the two-pass softmax,
+      $e\,(S_q d + t S_k d + 5 S_q S_k + t S_k d_v + S_q d_v)$, $t = \lceil S_q / T \rceil$;
+      the mask costs nothing (masked scores are written as $-\infty$);
+    - ``"gpu:fused"``: the twin's fused forward (:mod:`flashlab.gpu.forward`), as
+      :func:`tiled_attention_traffic` with tiles ``block_q`` x ``block_k``: K and V of every
+      visited key block once per query block (causal: whole blocks up to the diagonal), O and
+      the LSE written once, the LSE in ``elem`` bytes;
     - ``"fused"``: the tiled kernel, $e\,(S_q d + S_q d_v + f\,S_k (d + d_v)) + a\,S_q$ with
       $f$ = :func:`kv_reread_factor` (``kv_hit = 0``, no mask, gives :func:`hbm_elements_flash`;
       with ``causal`` only the tiles the kernel visits are read);
@@ -285,11 +302,20 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
     :func:`accumulator_bytes`); ``kv_hit`` in [0, 1] the on-chip hit rate of K/V re-reads
     (:data:`KV_RESIDENT` = 1). Sizes for ``batch * heads`` heads (MLA: ``heads`` query heads,
     one shared RoPE key head).
+
+    The ``"gpu:*"`` dataflows are **global-memory requests**, what the twin's instrumented
+    kernels count, whether L2 serves them or DRAM: they take no ``kv_hit`` (it must be 0) and
+    ``block_k`` (default ``block_q``) is their key tile. For the DRAM bytes of the same kernels
+    when L2 holds every re-read, take ``"fused"`` / ``"standard"`` with ``kv_hit=1``.
     """
     if dataflow not in TRAFFIC_DATAFLOWS:
         raise ValueError(f"dataflow must be one of {TRAFFIC_DATAFLOWS}; got {dataflow!r}")
     _check_hit(kv_hit)
     sk = seq_q if seq_k is None else seq_k
+    if dataflow.startswith("gpu:"):
+        return _gpu_traffic(dataflow, seq_q=seq_q, seq_k=sk, d_qk=d_qk, d_v=d_v, batch=batch,
+                            heads=heads, elem=elem, block_q=block_q, block_k=block_k,
+                            causal=causal, kv_hit=kv_hit, backward=False)
     if dataflow.startswith("mla:"):
         if d_nope is None:
             raise ValueError(f"the {dataflow} dataflow needs d_nope (and d_rope); got d_nope=None")
@@ -306,7 +332,12 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
         n = seq_q * sk
         # read Q, K; write S; read S, write P; read P, V; write O
         elements_read = seq_q * d + sk * d + n + n + sk * d_v
-        return Traffic(float(bh * elem * elements_read), float(bh * elem * (n + n + seq_q * d_v)))
+        elements_written = n + n + seq_q * d_v
+        if causal:
+            # the mask as its own pass: read S, write S
+            elements_read += n
+            elements_written += n
+        return Traffic(float(bh * elem * elements_read), float(bh * elem * elements_written))
     a = accumulator_bytes(elem) if lse_elem is None else lse_elem
     f = 1.0 if dataflow == "decode" else kv_reread_factor(seq_q, block_q, kv_hit, seq_k=sk, causal=causal)
     # read Q once and K, V f times; write O and the LSE
@@ -317,10 +348,18 @@ def traffic(dataflow: str, *, seq_q: int, seq_k: int | None = None, d_qk: int | 
 
 def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None = None, d_qk: int,
                      d_v: int, batch: int = 1, heads: int = 1, elem: int = 2, block_q: int = 128,
-                     kv_hit: float = 0.0, causal: bool = False, lse_elem: int | None = None) -> Traffic:
+                     kv_hit: float = 0.0, causal: bool = False, lse_elem: int | None = None,
+                     block_k: int | None = None, kv_heads: int | None = None) -> Traffic:
     r"""Main-memory bytes of the fused kernel's recomputation backward: :func:`traffic`'s backward.
 
-    Only ``dataflow="fused"`` (the tiled backward of the backward chapter): per head it reads
+    ``dataflow`` is one of :data:`BACKWARD_TRAFFIC_DATAFLOWS`. ``"gpu:fused"`` is the CUDA
+    twin's backward (:mod:`flashlab.gpu.backward`, FlashAttention-2's loop order), its
+    global-memory requests as :func:`tiled_attention_traffic` ``(backward=True)`` counts them:
+    $dO$ and $O$ read once for $D$; Q, dO, the LSE and D read and dQ added atomically once
+    per visited tile; K and V read and dK, dV written once per kv head (``kv_heads``, default
+    ``heads``; ``kv_hit`` must be 0, ``block_k`` defaults to ``block_q``).
+
+    ``"fused"`` is the tiled backward of the backward chapter: per head it reads
     $Q$, $O$, $dO$ and the LSE once and writes $dQ$ once; every q-block that visits a key
     block reads $K$, $V$ and the $dK$, $dV$ accumulators and writes the accumulators back,
     so these three streams cross the bus $f$ times, with the same
@@ -332,11 +371,17 @@ def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None =
     ``lse_elem`` ($a$) defaults to the accumulator's bytes (:func:`accumulator_bytes`), as in
     :func:`traffic`. Sizes for ``batch * heads`` heads.
     """
-    if dataflow != "fused":
-        raise ValueError(f"dataflow must be 'fused' (the one backward the traffic model covers); "
-                         f"got {dataflow!r}")
+    if dataflow not in BACKWARD_TRAFFIC_DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {BACKWARD_TRAFFIC_DATAFLOWS} (the backwards the "
+                         f"traffic model covers); got {dataflow!r}")
     _check_hit(kv_hit)
     sk = seq_q if seq_k is None else seq_k
+    if dataflow == "gpu:fused":
+        return _gpu_traffic(dataflow, seq_q=seq_q, seq_k=sk, d_qk=d_qk, d_v=d_v, batch=batch,
+                            heads=heads, elem=elem, block_q=block_q, block_k=block_k,
+                            causal=causal, kv_hit=kv_hit, backward=True, kv_heads=kv_heads)
+    if kv_heads is not None and kv_heads != heads:
+        raise ValueError(f"kv_heads must be None (or heads) for the 'fused' dataflow; got {kv_heads!r}")
     for name, x in (("seq_q", seq_q), ("seq_k", sk), ("d_qk", d_qk), ("d_v", d_v), ("batch", batch),
                     ("heads", heads), ("elem", elem), ("block_q", block_q)):
         as_int(name, x, lo=1)
@@ -349,6 +394,31 @@ def backward_traffic(dataflow: str = "fused", *, seq_q: int, seq_k: int | None =
     written = elem * (seq_q * d_qk + f * kv)
     bh = batch * heads
     return Traffic(float(bh * read), float(bh * written))
+
+
+def _gpu_traffic(dataflow: str, *, seq_q: int, seq_k: int, d_qk: int | None, d_v: int,
+                 batch: int, heads: int, elem: int, block_q: int, block_k: int | None,
+                 causal: bool, kv_hit: float, backward: bool,
+                 kv_heads: int | None = None) -> Traffic:
+    """The twin's dataflows through their closed forms (requests: no L2 hit rate)."""
+    if kv_hit != 0:
+        raise ValueError(f"kv_hit must be 0 for {dataflow!r}: it counts global-memory requests, "
+                         f"whether L2 serves them or not (for DRAM bytes with every re-read in L2 "
+                         f"take {dataflow[4:]!r} with kv_hit=1); got {kv_hit!r}")
+    if d_qk is None:
+        raise ValueError(f"the {dataflow} dataflow needs d_qk; got d_qk=None")
+    as_int("block_q", block_q, lo=1)
+    if block_k is not None:
+        as_int("block_k", block_k, lo=1)
+    if dataflow == "gpu:standard":
+        read, written = standard_attention_traffic(seq_q, seq_k, d_qk, d_v, tile=block_q,
+                                                   batch=batch, heads=heads, elem=elem)
+    else:
+        read, written = tiled_attention_traffic(
+            seq_q, seq_k, d_qk, d_v, block_q=block_q,
+            block_k=block_q if block_k is None else block_k, batch=batch, heads=heads,
+            causal=causal, backward=backward, elem=elem, kv_heads=kv_heads)
+    return Traffic(float(read), float(written))
 
 
 # ------------------------------------------------------------------------------------------
@@ -605,38 +675,52 @@ def gpu_keys_visited(seq_q: int, seq_k: int, block_q: int, block_k: int, q_block
 
 def tiled_attention_traffic(seq_q: int, seq_k: int, d_qk: int, d_v: int, *, block_q: int,
                             block_k: int, batch: int = 1, heads: int = 1, causal: bool = False,
-                            backward: bool = False, elem: int = 4) -> tuple[int, int]:
-    r"""``(read_bytes, write_bytes)`` of global memory moved by the fused twin (all heads).
+                            backward: bool = False, elem: int = 4,
+                            kv_heads: int | None = None) -> tuple[int, int]:
+    r"""``(read_bytes, write_bytes)`` of global-memory requests by the fused twin (all heads).
 
-    Forward, per (batch, query head), with $k_i$ = :func:`gpu_keys_visited` of query block $i$:
+    Forward (:mod:`flashlab.gpu.forward`), per (batch, query head), with $k_i$ =
+    :func:`gpu_keys_visited` of query block $i$:
 
     $$\text{read} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big),\qquad
     \text{write} = e\,(S_q D_v + S_q)$$
 
-    (Q read once, K and V once per query block, O and the LSE written once). Backward: Q, dO,
-    O and the LSE read once, K and V once per query block; dQ written once and, per visited
-    tile, this block's share of dK and dV added atomically into global memory:
+    (Q read once, K and V once per query block, O and the LSE written once; GQA changes
+    nothing: each query head's blocks load their kv head's tiles themselves).
 
-    $$\text{read} = e\,\big(S_q (D_{qk} + 2 D_v + 1) + \textstyle\sum_i k_i (D_{qk} + D_v)\big),
-    \qquad \text{write} = e\,\big(S_q D_{qk} + \textstyle\sum_i k_i (D_{qk} + D_v)\big).$$
+    Backward (:mod:`flashlab.gpu.backward`, FlashAttention-2's loop order: key blocks outer),
+    with $R = \sum_i r_i \lceil k_i / B_c \rceil$ the query rows of all visited tiles
+    ($r_i$ rows in query block $i$). Per (batch, query head): the preprocessing kernel reads
+    $dO$ and $O$ once and writes $D$; every visited tile reads its Q, dO, LSE and D rows and
+    adds its dQ rows atomically. Per (batch, **kv head**): K and V read once, dK and dV written
+    once (``kv_heads`` = $H_{kv}$, default ``heads``):
 
-    GQA changes nothing: each query head's blocks load their kv head's tiles themselves.
+    $$\text{read} = e\,\big(H (2 S_q D_v + R\,(D_{qk} + D_v + 2)) + H_{kv} S_k (D_{qk} + D_v)\big),$$
+    $$\text{write} = e\,\big(H (S_q + R\,D_{qk}) + H_{kv} S_k (D_{qk} + D_v)\big)$$
+
+    per batch. These are requests: the L2 cache may serve repeated ones (see
+    :mod:`flashlab.gpu.traffic`).
     """
+    kv_heads = heads if kv_heads is None else kv_heads
     for name, x in (("seq_q", seq_q), ("seq_k", seq_k), ("d_qk", d_qk), ("d_v", d_v),
                     ("block_q", block_q), ("block_k", block_k), ("batch", batch),
-                    ("heads", heads), ("elem", elem)):
+                    ("heads", heads), ("kv_heads", kv_heads), ("elem", elem)):
         as_int(name, x, lo=1)
+    if heads % kv_heads:
+        raise ValueError(f"heads must be a multiple of kv_heads; got heads={heads}, kv_heads={kv_heads}")
     block_q, block_k = min(block_q, seq_q), min(block_k, seq_k)
-    keys = sum(gpu_keys_visited(seq_q, seq_k, block_q, block_k, i, causal=causal)
-               for i in range(cdiv(seq_q, block_q)))
-    kv = keys * (d_qk + d_v)
+    keys = [gpu_keys_visited(seq_q, seq_k, block_q, block_k, i, causal=causal)
+            for i in range(cdiv(seq_q, block_q))]
     if backward:
-        read = seq_q * (d_qk + 2 * d_v + 1) + kv
-        write = seq_q * d_qk + kv
+        # query rows of every visited (query block, key block) tile
+        rows = sum(min(block_q, seq_q - i * block_q) * cdiv(k, block_k) for i, k in enumerate(keys))
+        kv = seq_k * (d_qk + d_v)
+        read = heads * (2 * seq_q * d_v + rows * (d_qk + d_v + 2)) + kv_heads * kv
+        write = heads * (seq_q + rows * d_qk) + kv_heads * kv
     else:
-        read = seq_q * d_qk + kv
-        write = seq_q * d_v + seq_q
-    n = batch * heads * elem
+        read = heads * (seq_q * d_qk + sum(keys) * (d_qk + d_v))
+        write = heads * (seq_q * d_v + seq_q)
+    n = batch * elem
     return read * n, write * n
 
 

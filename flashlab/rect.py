@@ -26,36 +26,24 @@ $$
 t_{\text{op}} = \frac{Q_{\text{read}} + Q_{\text{written}}}{\beta}.
 $$
 
-*The FA kernel* is the pipeline model of one AI Core (:func:`flashlab.pipeline.schedule.simulate_fa`):
-a core runs its query blocks (q-blocks) one after the other, each against its kv-blocks. In
-the simulator the time of a stream of q-blocks is affine in their number (after the first,
-every q-block costs the same), and the cost of one q-block is affine in its number $n$ of
-kv-blocks, so :func:`qblock_model` fits
+*The FA kernel* is the calibrated model of the chip (:mod:`flashlab.pipeline.calibrated`):
+whole q-blocks per core in waves of the 24 AI Cores, each a Cube/Vector pipeline of kv-tiles
+(the kernel's own tile, 128 x 256 up to $D = 128$), a launch overhead, K/V from L2 when they
+fit, and a memory port shared by the active cores. Its stage cycles are pto-isa's, and one
+number is fitted to one measured 910B2 time (the book's appendix on the NPU model shows the fit
+and the held-out comparison). :func:`forward_time` is the predictor of one forward kernel;
+:func:`kernel_seconds` runs the same model with the ideas' kernel variants (V padded to $D$ or
+not, $QK^\top$ split in two products, IterateAll or ping-pong).
 
-$$
-t_{\text{q-block}}(n) = a + b\,n
-$$
+Assumptions (all of them, so the reader can move them): the separate operators run at the
+full HBM bandwidth with no launch overhead; nothing overlaps the separate operators with the
+kernel; the kernel's parameters are those of :data:`flashlab.pipeline.calibrated.CHIPS`, each
+with its range. The backward (:func:`compose_backward`) has no pipeline model: its kernel is
+timed with the roofline, $\max(F/\pi, Q/\beta)$.
 
-from four simulations (1 and 2 q-blocks, at $n = N/2$ and $n = N$ with $N$ the kv-blocks of
-the longest row). The whole problem has $B H$ heads, each with q-blocks $i = 0, 1, \ldots$ of
-$n_i$ kv-blocks ($n_i = N$ without a mask; with the top-left causal mask the blocks up to the
-diagonal), spread evenly over $c$ AI Cores:
-
-$$
-t_{\text{kernel}} = \frac{B H}{c} \sum_i \big(a + b\,n_i\big).
-$$
-
-Assumptions (all of them, so the reader can move them): perfect load balance over the
-cores; the pipeline's fill and drain once per core left out; the masked part of a diagonal
-tile computed in full (as the real kernel does); each core's K/V tiles read from HBM at
-$\beta / c$ (``kv_source="hbm"``) or from the L2 cache (``"l2"``); the separate operators
-run at the full HBM bandwidth with no launch overhead; nothing overlaps the separate
-operators with the kernel. The backward (:func:`compose_backward`) has no pipeline model:
-its kernel is timed with the roofline, $\max(F/\pi, Q/\beta)$.
-
-This module sits above :mod:`flashlab.pipeline` because the forward kernel's time *is* the
-pipeline simulation of one AI Core (:func:`qblock_model`); the operator costs it adds come
-from :mod:`flashlab.cost` and the operator names from :mod:`flashlab.dataflows`.
+This module sits above :mod:`flashlab.pipeline` because the forward kernel's time is the
+calibrated model's (:func:`kernel_seconds`); the operator costs it adds come from
+:mod:`flashlab.cost` and the operator names from :mod:`flashlab.dataflows`.
 """
 from __future__ import annotations
 
@@ -68,15 +56,13 @@ from dataclasses import dataclass
 from flashlab import cost, dataflows
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dataflows import IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, Step
+from flashlab.pipeline import calibrated
+from flashlab.pipeline.calibrated import ChipModel
 from flashlab.pipeline.params import HardwareProfile
-from flashlab.pipeline.profiles import ASCEND_910B_CORES
-from flashlab.pipeline.roofline import with_hbm_bandwidth
-from flashlab.pipeline.schedule import simulate_fa
 from flashlab.rope import DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM, DEEPSEEK_V3_V_DIM
 
-__all__ = ["IDEA_LABELS", "MLAProblem", "check_ideas", "label",
+__all__ = ["IDEA_LABELS", "MLAProblem", "check_ideas", "label", "forward_time", "chip_model",
            "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",
-           "chip_bandwidth", "with_chip_bandwidth", "QBlockModel", "qblock_model",
            "kernel_seconds", "Composition", "compose", "compose_backward", "speedup",
            "RooflinePoint", "kernel_roofline_by_hit", "break_even_hit"]
 
@@ -197,13 +183,14 @@ def dataflow_of(ideas: Iterable[str]) -> Dataflow:
 
 
 def kernel_options(ideas: Iterable[str], problem: MLAProblem) -> dict:
-    """The :func:`flashlab.pipeline.schedule.simulate_fa` options of the FA kernel for these ideas:
-    ``strategy`` (``"ping_pong"`` or the Matmul API's ``"iterate_all"``), ``pad_v`` (V padded
-    to $D$ unless ``"native_v"``), ``split_rope`` ($D_r$ with ``"split_rope"``, else 0)."""
+    """The kernel variant of these ideas, as :func:`flashlab.pipeline.calibrated.predict` takes it:
+    ``dv`` (V padded to $D$ unless ``"native_v"``), ``split`` ($QK^\\top$ as two products
+    accumulated in place with ``"split_rope"``), ``strategy`` (``"ping_pong"`` or the Matmul
+    API's ``"iterate_all"``)."""
     s = check_ideas(ideas)
-    return dict(strategy="ping_pong" if Idea.PING_PONG in s else "iterate_all",
-                pad_v=Idea.NATIVE_V not in s,
-                split_rope=problem.d_rope if Idea.SPLIT_ROPE in s else 0)
+    return dict(dv=problem.d_qk if Idea.NATIVE_V not in s else problem.d_v,
+                split=Idea.SPLIT_ROPE in s,
+                strategy="ping_pong" if Idea.PING_PONG in s else "iterate_all")
 
 
 def separate_steps(problem: MLAProblem, ideas: Iterable[str], *, backward: bool = False
@@ -227,82 +214,47 @@ def op_seconds(step: Step, bandwidth: float) -> float:
     return (step.bytes_read + step.bytes_written) / bandwidth
 
 
-def chip_bandwidth(profile: HardwareProfile, cores: int = ASCEND_910B_CORES) -> float:
-    """The chip's HBM byte/s implied by a per-core profile: its share times ``cores``."""
-    # beta_chip = beta_core * c
-    return profile.hbm_bandwidth.value * cores
+def chip_model(chip: str | ChipModel = "910B2") -> ChipModel:
+    """``chip`` as a :class:`~flashlab.pipeline.calibrated.ChipModel`: a name of
+    :data:`~flashlab.pipeline.calibrated.CHIPS` (``"910B2"``, ``"A3"``) or a model itself."""
+    if isinstance(chip, ChipModel):
+        return chip
+    if not isinstance(chip, str):
+        raise TypeError(f"chip must be a chip name {tuple(calibrated.CHIPS)} or a ChipModel; got {chip!r}")
+    return calibrated.chip_model(chip)
 
 
-def with_chip_bandwidth(profile: HardwareProfile, bytes_per_s: float,
-                        cores: int = ASCEND_910B_CORES) -> HardwareProfile:
-    """A copy of the per-core ``profile`` for a chip of ``bytes_per_s`` HBM bandwidth shared by
-    ``cores`` AI Cores: the core's HBM share becomes ``bytes_per_s / cores``, and
-    :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves its load (MTE2) and store (MTE3)
-    engines with it (each marked as an assumption)."""
-    as_real("bytes_per_s", bytes_per_s, lo=0, lo_open=True, what="a positive number of byte/s")
-    _check_cores(cores)
-    # beta_core = beta_chip / c
-    share = bytes_per_s / cores
-    why = f"chip HBM bandwidth {bytes_per_s / 1e12:g} TB/s / {cores} AI Cores (set by the reader)"
-    return with_hbm_bandwidth(profile, share, why)
+def forward_time(batch: int, heads: int, sq: int, sk: int, d: int, dv: int | None = None, *,
+                 causal: bool = False, dtype: str = "float16", chip: str | ChipModel = "910B2") -> float:
+    """Seconds of one FlashAttention forward kernel on a whole Ascend chip, by the calibrated model.
 
-
-def _check_cores(cores) -> None:
-    as_int("cores", cores, lo=1)
-
-
-@dataclass(frozen=True)
-class QBlockModel:
-    """$t(n) = a + b\\,n$: the seconds one more q-block with $n$ kv-blocks adds to a core's
-    stream (``a`` per q-block, ``b`` per kv-block), fitted at ``n_fit``."""
-
-    a: float
-    b: float
-    n_fit: tuple[int, int]
-
-    def __call__(self, n: int) -> float:
-        # t(n) = a + b n
-        return self.a + self.b * n
-
-
-def qblock_model(profile: HardwareProfile, problem: MLAProblem, ideas: Iterable[str], *,
-                 kv_source: str = "hbm") -> QBlockModel:
-    """Fit $t(n) = a + b\\,n$ from four simulations of the kernel on one core of ``profile``.
-
-    The cost of a q-block in a stream is the makespan of 2 q-blocks minus that of 1; it is
-    taken at $n = \\lceil N/2 \\rceil$ and $n = N$ kv-blocks ($N$ those of the longest row),
-    and the line through the two points is returned. It matches further simulations to 1 % for
-    $n \\ge 3$ (the tests check it); a q-block of one or two kv-blocks overlaps differently with
-    its neighbours (the line is off by up to ~45 % at $n = 1$, a tiny share of a causal head).
+    ``q`` is ``(batch, heads, sq, d)``, ``k`` ``(batch, heads, sk, d)``, ``v`` ``(batch, heads, sk,
+    dv)`` (``dv`` defaults to ``d``); ``causal`` is the top-left mask; ``dtype`` ``"float16"`` or
+    ``"bfloat16"``; ``chip`` ``"910B2"`` (24 AI Cores, 1.8 GHz) or ``"A3"`` (one 910C die, 24 AI
+    Cores, 1.85 GHz). The model (:func:`flashlab.pipeline.calibrated.predict`) runs whole
+    q-blocks in waves of the core count, each a Cube/Vector pipeline of the kernel's tiles, after
+    one launch; its fit and its held-out test are in the book's appendix.
     """
+    return calibrated.predict(chip_model(chip), batch, heads, sq, sk, d, dv, causal=causal,
+                              dtype=dtype).seconds
+
+
+def _dtype(problem: MLAProblem) -> str:
+    if problem.elem != 2:
+        raise ValueError(f"the NPU model prices 2-byte operands (fp16/bf16); problem.elem is {problem.elem}")
+    return "bfloat16"
+
+
+def kernel_seconds(problem: MLAProblem, ideas: Iterable[str], *, chip: str | ChipModel = "910B2",
+                   cores: int | None = None) -> float:
+    """Modelled seconds of the FA forward kernel of ``problem`` with ``ideas`` on ``chip``: the
+    calibrated model (:func:`forward_time`'s) with the ideas' kernel variant
+    (:func:`kernel_options`), on ``cores`` AI Cores (default: all of the chip's)."""
     opts = kernel_options(ideas, problem)
-    strategy = opts.pop("strategy")
-    n_max = max(problem.kv_blocks())
-    n_lo = math.ceil(n_max / 2)  # == n_max only for a single kv-block: a flat line
-
-    def per_qblock(n: int) -> float:
-        # t(n) = T(2 q-blocks, n) - T(1 q-block, n)
-        one, two = (simulate_fa(profile, strategy, m * problem.block_q, n * problem.block_k,
-                                problem.d_qk, problem.d_v, problem.block_q, problem.block_k,
-                                dtype_bytes=problem.elem, kv_source=kv_source, **opts).makespan
-                    for m in (1, 2))
-        return two - one
-
-    t_lo, t_hi = per_qblock(n_lo), per_qblock(n_max)
-    # the line through (n_lo, t_lo) and (N, t_hi)
-    b = (t_hi - t_lo) / (n_max - n_lo) if n_max > n_lo else 0.0
-    return QBlockModel(t_lo - b * n_lo, b, (n_lo, n_max))
-
-
-def kernel_seconds(profile: HardwareProfile, problem: MLAProblem, ideas: Iterable[str], *,
-                   cores: int = ASCEND_910B_CORES, kv_source: str = "hbm") -> float:
-    """Modelled seconds of the FA forward kernel on the whole problem:
-    $\\frac{BH}{c} \\sum_i t(n_i)$ (:func:`qblock_model`, every q-block of every head, spread
-    evenly over ``cores``)."""
-    _check_cores(cores)
-    t = qblock_model(profile, problem, ideas, kv_source=kv_source)
-    # t_kernel = (B H / c) * sum_i (a + b n_i)
-    return problem.batch * problem.heads / cores * sum(t(n) for n in problem.kv_blocks())
+    p = problem
+    return calibrated.predict(chip_model(chip), p.batch, p.heads, p.seq, p.seq, p.d_qk, opts["dv"],
+                              causal=p.causal, dtype=_dtype(p), strategy=opts["strategy"],
+                              split=opts["split"], cores=cores).seconds
 
 
 @dataclass(frozen=True)
@@ -339,37 +291,34 @@ class Composition:
         return label(self.ideas)
 
 
-def compose(profile: HardwareProfile, problem: MLAProblem, ideas: Iterable[str], *,
-            cores: int = ASCEND_910B_CORES, kv_source: str = "hbm") -> Composition:
-    """The modelled forward of ``problem`` with ``ideas`` on a chip of ``cores`` cores like
-    ``profile`` (a per-core profile, e.g. ``ASCEND_910B_AI_CORE``): the FA kernel
+def compose(problem: MLAProblem, ideas: Iterable[str], *, chip: str | ChipModel = "910B2") -> Composition:
+    """The modelled forward of ``problem`` with ``ideas`` on ``chip``: the FA kernel
     (:func:`kernel_seconds`) plus the separate operators that remain (:func:`separate_steps`),
-    each at the chip's HBM bandwidth (:func:`chip_bandwidth`)."""
+    each at the chip's HBM bandwidth."""
     s = check_ideas(ideas)
-    bw = chip_bandwidth(profile, cores)
-    ops = tuple((st.name, op_seconds(st, bw)) for st in separate_steps(problem, s))
-    return Composition(s, kernel_seconds(profile, problem, s, cores=cores, kv_source=kv_source), ops)
+    m = chip_model(chip)
+    ops = tuple((st.name, op_seconds(st, m.hbm_bandwidth.value)) for st in separate_steps(problem, s))
+    return Composition(s, kernel_seconds(problem, s, chip=m), ops)
 
 
-def compose_backward(profile: HardwareProfile, problem: MLAProblem, ideas: Iterable[str], *,
-                     cores: int = ASCEND_910B_CORES) -> Composition:
-    """The modelled backward: the FA backward kernel by the roofline,
-    $\\max(F / (c\\,\\pi_\\text{core}),\\ Q / \\beta)$ with $F$ and $Q$ from
+def compose_backward(problem: MLAProblem, ideas: Iterable[str], *,
+                     chip: str | ChipModel = "910B2") -> Composition:
+    """The modelled backward: the FA backward kernel by the roofline of ``chip``,
+    $\\max(F / \\pi,\\ Q / \\beta)$ with $F$ and $Q$ from
     :func:`flashlab.cost.mla_backward_steps`, plus the separate operators that remain.
 
     The roofline assumes perfect overlap inside the kernel, so ``"ping_pong"`` changes nothing
     here; V padded or not changes $F$ ($3D + 2D_v$ per attended pair and 2 FLOPs).
     """
     s = check_ideas(ideas)
-    _check_cores(cores)
+    m = chip_model(chip)
     args, kw = problem.cost_args()
     # the kernel step of the dataflow of these ideas (V padded or native, RoPE concatenated or split)
     steps = cost.mla_backward_steps(*args, dataflow=dataflow_of(s), block_q=problem.block_q, **kw)
     kernel = next(st for st in steps if st.name == "flash attention backward")
-    bw = chip_bandwidth(profile, cores)
+    bw = m.hbm_bandwidth.value
     # t = max(F / pi_chip, Q / beta)
-    t_kernel = max(kernel.flops / (profile.peak_flops.value * cores),
-                   (kernel.bytes_read + kernel.bytes_written) / bw)
+    t_kernel = max(kernel.flops / m.peak_flops, (kernel.bytes_read + kernel.bytes_written) / bw)
     ops = tuple((st.name, op_seconds(st, bw)) for st in separate_steps(problem, s, backward=True))
     return Composition(s, t_kernel, ops)
 

@@ -120,7 +120,47 @@ def test_backward_traffic_is_the_forward_model_with_the_accumulators_streamed_to
     assert cost.flash_backward_intensity(512, 512, 64, 64, block_q=128, kv_hit=1.0) == pytest.approx(
         cost.attention_backward_flops(512, 512, 64, 64)
         / cost.backward_traffic(seq_q=512, d_qk=64, d_v=64, elem=4, kv_hit=1.0).total)
-    with pytest.raises(ValueError, match="dataflow must be 'fused'"):
+    with pytest.raises(ValueError, match="dataflow must be one of"):
         cost.backward_traffic("standard", seq_q=8, d_qk=8, d_v=8)
     with pytest.raises(ValueError, match="kv_hit"):
         cost.backward_traffic(seq_q=8, d_qk=8, d_v=8, kv_hit=1.5)
+
+
+def test_standard_attention_has_one_count_per_named_dataflow():
+    """Algorithm 0 ("standard") and the CUDA twin's three kernels ("gpu:standard") are two
+    dataflows, each with its own count; the twin's fused kernels are "gpu:fused"."""
+    n, d = 4096, 64
+    kw = dict(seq_q=n, d_qk=d, d_v=d, elem=4)
+    alg0 = cost.traffic("standard", **kw)
+    gpu = cost.traffic("gpu:standard", **kw, block_q=32)
+    # Algorithm 0: Q, K, V once, S written, read, P written, read: 4 N^2 + 4 N d elements
+    assert alg0.total == 4 * (4 * n * n + 4 * n * d) == 260 * 2**20
+    # the twin: K and V once per 32-row tile, S read twice: 5 N^2 + 2 N d + 2 (N / 32) N d
+    assert gpu.total == 4 * (5 * n * n + 2 * n * d + 2 * (n // 32) * n * d) == 578 * 2**20
+    assert (gpu.read, gpu.written) == cost.standard_attention_traffic(n, n, d, d, tile=32)
+    # the causal mask: free inside the twin's scores kernel, one more pass over S unfused
+    assert cost.traffic("gpu:standard", **kw, block_q=32, causal=True) == gpu
+    assert cost.traffic("standard", **kw, causal=True).total == alg0.total + 2 * 4 * n * n
+    for causal in (False, True):
+        fused = cost.traffic("gpu:fused", seq_q=300, seq_k=200, d_qk=64, d_v=32, elem=4, heads=3,
+                             block_q=64, block_k=16, causal=causal)
+        assert (fused.read, fused.written) == cost.tiled_attention_traffic(
+            300, 200, 64, 32, block_q=64, block_k=16, heads=3, causal=causal)
+        back = cost.backward_traffic("gpu:fused", seq_q=300, seq_k=200, d_qk=64, d_v=32, elem=4,
+                                     heads=3, block_q=64, block_k=16, causal=causal)
+        assert (back.read, back.written) == cost.tiled_attention_traffic(
+            300, 200, 64, 32, block_q=64, block_k=16, heads=3, causal=causal, backward=True)
+    # block_k defaults to block_q; the no-mask fused twin is the "fused" model at kv_hit 0
+    # (LSE in elem bytes)
+    assert cost.traffic("gpu:fused", **kw, block_q=64) == cost.traffic("fused", **kw, block_q=64,
+                                                                        lse_elem=4)
+
+
+@pytest.mark.parametrize("dataflow", ["gpu:standard", "gpu:fused"])
+def test_gpu_dataflows_count_requests_not_hits(dataflow):
+    with pytest.raises(ValueError, match="kv_hit must be 0 for 'gpu:"):
+        cost.traffic(dataflow, seq_q=64, d_qk=16, d_v=16, kv_hit=0.5)
+    with pytest.raises(ValueError, match="needs d_qk"):
+        cost.traffic(dataflow, seq_q=64, d_v=16)
+    with pytest.raises(ValueError, match="block_q must be >= 1"):
+        cost.traffic(dataflow, seq_q=64, d_qk=16, d_v=16, block_q=0)

@@ -27,8 +27,11 @@ CASES = {
     "odd 33x7 causal": (2, 2, 2, 33, 7, 8, 4, True, 8, 4),
     "N=128 causal": (1, 1, 1, 128, 128, 16, 16, True, 32, 32),
     "192/128 GQA": (1, 2, 1, 9, 11, 192, 128, False, 4, 4),
+    "GQA 4/2 19x45 causal, 2 warps": (1, 4, 2, 19, 45, 16, 8, True, 8, 32),
+    "N=64 causal 32x32": (1, 1, 1, 64, 64, 16, 16, True, 32, 32),
 }
-BACKWARD_CASES = ("odd 7x33 causal GQA", "odd 33x7 causal", "192/128 GQA")
+BACKWARD_CASES = ("odd 7x33 causal GQA", "odd 33x7 causal", "192/128 GQA",
+                  "GQA 4/2 19x45 causal, 2 warps", "N=64 causal 32x32")
 
 
 def inputs(case: str) -> tuple[dict, dict]:
@@ -144,3 +147,52 @@ def test_choosing_the_simulator_keeps_flashlabs_cache_folder(tmp_path):
             f"config.CACHE_DIR = {str(tmp_path)!r}\n"
             "from flashlab.gpu import target\ntarget.cuda()\nprint(config.CACHE_DIR)")
     assert _python(code) == str(tmp_path)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_shared_tiles_are_conflict_free(d):
+    """Every warp access of the backward's products to its padded shared tiles hits distinct
+    banks (words of one bank are broadcast when equal), at the tiles the inspection compiles."""
+    from flashlab.gpu.backward import _shapes, backward_shared_bytes, backward_tiling
+    from flashlab.gpu.inspect import fitting_tile
+    from flashlab.gpu.tiles import LANE_COLS, _conflicts
+    bq, bk = fitting_tile(backward_shared_bytes, d)
+    t, sh = backward_tiling(bq, bk, d, d), _shapes(bq, bk, d, d)
+    lanes = [(lane // LANE_COLS, lane % LANE_COLS) for lane in range(32)]
+    tm, tmq = t["tm"], t["tmq"]
+    width = {name: sh[name][1] for name in ("q", "do", "k", "v", "p", "ds")}
+    for col in range(4):
+        for name in ("k", "v"):       # A operand of S^T = K Q^T, dP^T = V dO^T: rows r0 + r
+            assert _conflicts(ty * tm * width[name] + col for ty, tx in lanes) == 1, name
+        for name in ("q", "do"):      # B operand: rows tx + 8 c
+            assert _conflicts(tx * width[name] + col for ty, tx in lanes) == 1, name
+        for name in ("p", "ds"):      # P^T, dS^T written at (r0 + r, tx + 8 c), read at (r0 + r, c)
+            assert _conflicts(ty * tm * width[name] + tx + 8 * col for ty, tx in lanes) == 1, name
+            assert _conflicts(ty * tm * width[name] + col for ty, tx in lanes) == 1, name
+        # dQ: the dS^T tile read transposed, (c, a0 + r); K read along a row (c, tx + 8 e)
+        assert _conflicts(col * width["ds"] + ty * tmq for ty, tx in lanes) == 1
+        assert _conflicts(col * width["k"] + tx + 8 * col for ty, tx in lanes) == 1
+
+
+def test_launches_over_static_shared_memory_are_refused_on_a_gpu(monkeypatch):
+    """On a real GPU (faked here: the check is skipped in the simulator, which has no limit) a
+    block over 48 KiB of static shared memory is refused with the way out; the default tiles fit."""
+    from flashlab.gpu import attention
+    monkeypatch.setattr(attention, "is_simulator", lambda: False)
+    x = make_qkv(1, 1, 1, 64, 64, 64, 64, seed=1)   # lengths >= the tiles (prepare clamps them)
+    with pytest.raises(ValueError, match="shared memory per block.*choose smaller block_q, block_k"):
+        flash_attention_gpu(**x, block_q=64, block_k=64)
+    o, lse = np.zeros_like(x["q"]), np.zeros(x["q"].shape[:3], np.float32)
+    with pytest.raises(ValueError, match="shared memory per block"):
+        flash_attention_backward_gpu(o, **x, o=o, lse=lse, block_q=64, block_k=64)
+    # the default tiles (None): the first of TILE_CHOICES that fits, checked before any launch
+    from flashlab.gpu.backward import backward_shared_bytes
+    from flashlab.gpu.forward import forward_shared_bytes
+    from flashlab.validation import prepare
+    for shared in (forward_shared_bytes, backward_shared_bytes):
+        p = attention._tiles(prepare(**x, block_q=1, block_k=1), None, None, shared)
+        assert shared(p.block_q, p.block_k, 64, 64) <= attention.STATIC_SHARED_LIMIT
+        assert (p.block_q, p.block_k) != (1, 1)
+    wide = make_qkv(1, 1, 1, 9, 9, 192, 128, seed=1)
+    with pytest.raises(ValueError, match="one fixed tile: use head dims <= 128"):
+        standard_attention_gpu(**wide)

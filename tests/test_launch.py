@@ -76,3 +76,23 @@ def test_readme_teaching_section_follows_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     sections = re.findall(r"^## (.+)$", readme, flags=re.M)
     assert sections[:2] == ["Two commands", "Teaching with flashlab"], sections[:3]
+
+
+def test_the_explorers_launch_links_are_the_books():
+    """A static explorer's caption links the chapter on Binder and Colab as the page's launch
+    buttons do (flashlab.widgets.explorer's constants agree with _config.yml)."""
+    from flashlab.widgets import EXPLORERS
+    from flashlab.widgets.explorer import launch_links
+
+    repo = CONFIG["repository"]
+    slug = repo["url"].removeprefix("https://github.com/")
+    buttons = CONFIG["launch_buttons"]
+    assert buttons["notebook_interface"] == "jupyterlab"
+    for cls in EXPLORERS.values():
+        page = ROOT / "book" / f"{cls.notebook}.ipynb"
+        assert page.exists(), cls.notebook
+        path = f"{repo['path_to_book']}/{page.relative_to(ROOT)}"
+        assert launch_path(page).exists()
+        assert launch_links(cls.notebook) == {
+            "Binder": f"{buttons['binderhub_url']}/v2/gh/{slug}/{repo['branch']}?urlpath=lab/tree/{path}",
+            "Colab": f"{buttons['colab_url']}/github/{slug}/blob/{repo['branch']}/{path}"}

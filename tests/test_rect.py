@@ -1,5 +1,5 @@
 """flashlab.rect: the RECT-FA ideas composed (separate operators by bytes / HBM bandwidth, the
-FA kernel by the pipeline model scaled to the whole problem)."""
+FA kernel by the calibrated chip model)."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,9 @@ import pytest
 
 from flashlab import cost, rect
 from flashlab.dataflows import DATAFLOWS, IDEAS, Step
-from flashlab.pipeline import ASCEND_910B, ASCEND_910B_AI_CORE, simulate_fa
-from flashlab.pipeline.profiles import ASCEND_910B_CORES
+from flashlab.pipeline import calibrated
 
-CORE = ASCEND_910B_AI_CORE
+CHIP = calibrated.CHIPS["910B2"]
 #: small problems keep the simulations short
 SMALL = rect.MLAProblem(heads=4, seq=1024)
 ODD = rect.MLAProblem(batch=2, heads=3, seq=300, block_q=64, block_k=128)
@@ -52,8 +51,8 @@ def test_kv_blocks_follow_the_causal_band():
 
 
 def test_kernel_options_per_idea():
-    assert rect.kernel_options((), SMALL) == dict(strategy="iterate_all", pad_v=True, split_rope=0)
-    assert rect.kernel_options(ALL, SMALL) == dict(strategy="ping_pong", pad_v=False, split_rope=64)
+    assert rect.kernel_options((), SMALL) == dict(strategy="iterate_all", dv=192, split=False)
+    assert rect.kernel_options(ALL, SMALL) == dict(strategy="ping_pong", dv=128, split=True)
 
 
 def test_separate_steps_each_idea_removes_its_operators():
@@ -91,56 +90,36 @@ def test_op_seconds_is_bytes_over_bandwidth():
         rect.op_seconds(step, 0)
 
 
-def test_chip_bandwidth_round_trip():
-    assert rect.chip_bandwidth(CORE) == pytest.approx(ASCEND_910B.hbm_bandwidth.value)
-    assert ASCEND_910B.peak_flops.value / CORE.peak_flops.value == ASCEND_910B_CORES
-    p = rect.with_chip_bandwidth(CORE, 2.4e12)
-    assert rect.chip_bandwidth(p) == pytest.approx(2.4e12)
-    assert p.core.load.rate.value == pytest.approx(1e11) and p.core.store.rate.value == pytest.approx(1e11)
-    assert p.core.load.rate.status == "assumption"
-    assert CORE.core.load.rate.value == pytest.approx(1.6e12 / 24)  # the original is untouched
-    with pytest.raises(ValueError, match="bytes_per_s"):
-        rect.with_chip_bandwidth(CORE, -1.0)
-    with pytest.raises(ValueError, match="cores must be"):
-        rect.with_chip_bandwidth(CORE, 1e12, cores=0)
+def test_chip_model_by_name_or_model():
+    assert rect.chip_model("910B2") is CHIP and rect.chip_model(CHIP) is CHIP
+    with pytest.raises(ValueError, match="chip must be one of"):
+        rect.chip_model("910B")
+    with pytest.raises(TypeError, match="chip must be a chip name"):
+        rect.chip_model(3)
 
 
-@pytest.mark.parametrize("ideas", [frozenset(), ALL, frozenset({"split_rope"})], ids=rect.label)
-def test_qblock_model_matches_further_simulations(ideas):
-    """The line through n = N/2 and N predicts the simulated per-q-block cost at other n >= 3 (within 1 %)."""
-    prob = rect.MLAProblem(heads=1, seq=1536)  # N = 12 kv-blocks
-    t = rect.qblock_model(CORE, prob, ideas)
-    assert t.n_fit == (6, 12) and t.b > 0
-    opts = rect.kernel_options(ideas, prob)
-    strategy = opts.pop("strategy")
-    for n in (3, 5, 9):
-        one, two = (simulate_fa(CORE, strategy, m * 128, n * 128, 192, 128, 128, 128, **opts).makespan
-                    for m in (1, 2))
-        assert two - one == pytest.approx(t(n), rel=0.01)
-
-
-def test_kernel_seconds_scales_to_the_whole_problem():
+def test_kernel_seconds_is_the_calibrated_model_of_the_ideas_kernel():
     full = rect.MLAProblem(heads=4, seq=1024, causal=False)
-    t = rect.qblock_model(CORE, full, ())
-    n_q = 1024 // 128
-    assert rect.kernel_seconds(CORE, full, ()) == pytest.approx(4 / 24 * n_q * t(8))
-    # twice the heads: twice the time; twice the cores: half
-    assert rect.kernel_seconds(CORE, rect.MLAProblem(heads=8, seq=1024, causal=False), ()) == \
-        pytest.approx(2 * rect.kernel_seconds(CORE, full, ()))
-    assert rect.kernel_seconds(CORE, full, (), cores=48) == \
-        pytest.approx(rect.kernel_seconds(CORE, full, ()) / 2)
-    # causal: about half the kv-blocks (1 + 2 + ... + 8 of 8 x 8), so between 1/2 and 3/4
-    causal = rect.kernel_seconds(CORE, SMALL, ())
-    assert 0.5 < causal / rect.kernel_seconds(CORE, full, ()) < 0.75
+    # the baseline kernel: V padded to D = 192, IterateAll, one QK product
+    p = calibrated.predict(CHIP, 1, 4, 1024, 1024, 192, 192, dtype="bfloat16", strategy="iterate_all")
+    assert rect.kernel_seconds(full, ()) == p.seconds
+    # 4 heads x 8 q-blocks = 32 q-blocks on 24 cores: 2 waves; 48 cores: 1 wave, faster
+    assert p.waves == 2 and rect.kernel_seconds(full, (), cores=48) < p.seconds
+    # causal: the rows, longest first, dealt in a snake, so a core runs a long and a short row:
+    # about half the tiles of the full problem
+    causal = rect.kernel_seconds(SMALL, ())
+    assert 0.5 < causal / rect.kernel_seconds(full, ()) < 0.75
+    with pytest.raises(ValueError, match="2-byte operands"):
+        rect.kernel_seconds(rect.MLAProblem(elem=4), ())
 
 
 def test_compose_adds_kernel_and_remaining_operators():
-    base = rect.compose(CORE, SMALL, ())
+    base = rect.compose(SMALL, ())
     bw = 1.6e12
     moved = sum(s.bytes_read + s.bytes_written for s in rect.separate_steps(SMALL, ()))
     assert base.ops_total == pytest.approx(moved / bw)
     assert base.total == pytest.approx(base.kernel + base.ops_total)
-    rect_fa = rect.compose(CORE, SMALL, ALL)
+    rect_fa = rect.compose(SMALL, ALL)
     assert rect_fa.ops == () and rect_fa.total == rect_fa.kernel
     assert rect.speedup(base, rect_fa) == pytest.approx(base.total / rect_fa.total)
     assert base.label == "baseline"
@@ -151,25 +130,25 @@ def test_compose_adds_kernel_and_remaining_operators():
 def test_model_properties_that_the_chapter_relies_on():
     """Native V and ping-pong make the kernel faster; the separate operators shrink to zero;
     more HBM bandwidth never slows the baseline."""
-    combos = {c: rect.compose(CORE, SMALL, c) for c in rect.all_combinations()}
+    combos = {c: rect.compose(SMALL, c) for c in rect.all_combinations()}
     for c, r in combos.items():
         if "native_v" not in c:
             assert combos[c | {"native_v"}].kernel < r.kernel
         if "ping_pong" not in c:
             assert combos[c | {"ping_pong"}].kernel < r.kernel
         assert combos[c | {"split_rope", "native_v"}].ops_total == 0.0
-    slow = rect.compose(rect.with_chip_bandwidth(CORE, 0.8e12), SMALL, ())
-    fast = rect.compose(rect.with_chip_bandwidth(CORE, 3.2e12), SMALL, ())
-    assert fast.total < slow.total and fast.ops_total == pytest.approx(slow.ops_total / 4)
+    slow = rect.compose(SMALL, (), chip=calibrated.with_param(CHIP, hbm_bandwidth=0.8e12))
+    fast = rect.compose(SMALL, (), chip=calibrated.with_param(CHIP, hbm_bandwidth=3.2e12))
+    assert fast.total <= slow.total and fast.ops_total == pytest.approx(slow.ops_total / 4)
 
 
 def test_backward_roofline_is_the_flop_ratio_when_compute_bound():
-    before = rect.compose_backward(CORE, SMALL, ())
-    after = rect.compose_backward(CORE, SMALL, {"native_v"})
+    before = rect.compose_backward(SMALL, ())
+    after = rect.compose_backward(SMALL, {"native_v"})
     d, dv = 192, 128
     # 5 products: 3 over the QK dim, 2 over V's dim (padded to D in the baseline)
     assert rect.speedup(before, after, part="kernel") == pytest.approx((3 * d + 2 * d) / (3 * d + 2 * dv))
-    assert rect.compose_backward(CORE, SMALL, {"ping_pong"}).total == before.total
-    assert [n for n, _ in rect.compose_backward(CORE, SMALL, ALL).ops] == []
+    assert rect.compose_backward(SMALL, {"ping_pong"}).total == before.total
+    assert [n for n, _ in rect.compose_backward(SMALL, ALL).ops] == []
     assert math.isclose(after.ops_total, sum(
         rect.op_seconds(s, 1.6e12) for s in rect.separate_steps(SMALL, {"native_v"}, backward=True)))

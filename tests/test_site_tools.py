@@ -18,7 +18,8 @@ from tools.check_site import ELEMENTS_JS, check_links, element_clip, element_rec
 ROOT = Path(__file__).resolve().parent.parent
 #: notebook pages that are reference material or an appendix, not chapters (no goals, summary or
 #: exercises)
-REFERENCE_PAGES = ("book/api", "book/cheatsheet", "book/performance_details", "book/mla_details")
+REFERENCE_PAGES = ("book/api", "book/cheatsheet", "book/performance_details", "book/mla_details",
+                   "book/npu_calibration")
 CHAPTERS = [p for p in toc_pages(ROOT / "_toc.yml")
             if (ROOT / f"{p}.ipynb").exists() and p not in REFERENCE_PAGES]
 

@@ -17,7 +17,6 @@ import pytest  # noqa: E402
 from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
-    HEAD_DIMS,
     ROPE_DIM,
     PipelineSettings,
     core_profile,
@@ -108,63 +107,37 @@ def test_ping_pong_gain_shrinks_when_compute_bound():
 
 # --------------------------------------------------------------------------------- explorer
 def test_explorer_builds_and_follows_its_controls():
-    pytest.importorskip("ipywidgets")
     from flashlab.widgets.pipeline import PipelineExplorer
 
-    ex = PipelineExplorer(draw=False)
-    assert ex.settings == PipelineSettings() and ex.error is None
-    assert ex.result.graph.info["strategy"] == "ping_pong" and ex.n_buffers.disabled
-    first = ex.result.makespan
-    ex.strategy.value = "iterate_all"
-    assert ex.result.graph.info["strategy"] == "iterate_all" and ex.speedup == 1.0
-    assert ex.result.makespan > first
-    ex.strategy.value = "n_buffers"
-    assert not ex.n_buffers.disabled
-    ex.n_buffers.value = 3
-    assert ex.result.graph.pools["L1.B"] == 3
-    ex.block_q.value, ex.block_k.value = 64, 256
-    assert (ex.result.graph.info["block_q"], ex.result.graph.info["block_k"]) == (64, 256)
-    ex.kv_blocks.value = 6
-    assert ex.result.graph.info["steps"] == 6
-    before = ex.result.makespan
-    ex.hbm.value = 3.2                         # faster HBM: MTE2 copies shorten
-    assert ex.settings.profile().core.load.rate.value == pytest.approx(3.2e12 / 24)
-    assert ex.result.makespan < before
-    ex.head_dims.value = "128/128"
-    assert ex.result.graph.info["d_qk"] == 128
-    ex.rope.value = "split"
-    assert ex.result.graph.info["split_rope"] == ROPE_DIM
-    assert set(HEAD_DIMS) == set(ex.head_dims.options)
-    assert "speedup" in ex.info.value and "makespan" in ex.info.value
+    ex = PipelineExplorer()
+    assert ex.settings == PipelineSettings()
+    st = ex.state(ex.values)
+    assert st["off"] == ["n_buffers"] and "ping_pong" in st["text"][0]
+    slow = ex.state({**ex.values, "strategy": "iterate_all"})
+    assert "speedup 1.000x" in slow["text"][1] and slow["T"] > st["T"]
+    nb = ex.state({**ex.values, "strategy": "n_buffers", "n_buffers": 3})
+    assert nb["off"] == [] and "L1.B #2" in nb["lanes"]
+    fast = ex.state({**ex.values, "hbm_tb_s": 3.2})        # faster HBM: MTE2 copies shorten
+    assert fast["T"] < st["T"]
+    split = ex.state({**ex.values, "rope": "split", "head_dims": "128/128"})
+    assert "RoPE split" in split["text"][0] and "D 128/128" in split["text"][0]
 
 
 def test_explorer_shows_the_error_for_tiles_that_do_not_fit():
-    pytest.importorskip("ipywidgets")
     from flashlab.widgets.pipeline import PipelineExplorer
 
-    ex = PipelineExplorer(dpi=40)
-    assert len(ex.out.outputs) == 1
-    ex.block_k.value = 256
-    ex.block_q.value = 256                     # 256x256 with D = 192: L1 overflows
-    assert ex.result is None and ex.speedup is None
-    assert "do not fit in L1" in ex.error
-    assert "cannot run" in ex.info.value and "do not fit in L1" in ex.info.value
-    assert ex.out.outputs == ()
-    ex.block_q.value = 128                     # back to a valid tile: the chart returns
-    assert ex.error is None and ex.result is not None and len(ex.out.outputs) == 1
+    ex = PipelineExplorer()
+    st = ex.state({**ex.values, "block_q": 256, "block_k": 256})   # D = 192: L1 overflows
+    assert st["error"] and "cannot run" in st["text"][-1] and "do not fit in L1" in st["text"][-1]
 
 
-def test_explorer_draws_a_png_and_leaves_no_pyplot_figure():
-    pytest.importorskip("ipywidgets")
+def test_explorer_lanes_are_the_gantt_charts():
     from flashlab.widgets.pipeline import PipelineExplorer
 
-    ex = PipelineExplorer(PipelineSettings(kv_blocks=2), dpi=40)
-    (shown,) = ex.out.outputs
-    assert shown["data"]["image/png"].startswith("iVBORw0KGgo")   # base64 of the PNG header
-    assert "ping_pong" in shown["data"]["text/plain"]
-    labels = [t.get_text() for t in ex.figure.axes[0].get_yticklabels()]
-    assert labels[:6] == ["MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3"]
-    assert "L1.B ping" in labels and "L1.B pong" in labels
+    st = PipelineExplorer(PipelineSettings(kv_blocks=2)).state(
+        {**PipelineExplorer().values, "kv_blocks": 2})
+    assert st["lanes"][:6] == ["MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3"]
+    assert "L1.B ping" in st["lanes"] and "L1.B pong" in st["lanes"]
     assert plt.get_fignums() == []
 
 
@@ -266,22 +239,6 @@ def test_gantt_view_keeps_a_few_frames_and_frees_the_rest():
     assert view.show(run_settings(PipelineSettings(kv_blocks=3, strategy="self_mte2"))[0]) \
         is figures[1]()
     assert view.figures_built == len(shapes)
-
-
-def test_explorer_reuses_its_figure_across_changes():
-    pytest.importorskip("ipywidgets")
-    from flashlab.widgets.pipeline import PipelineExplorer
-
-    ex = PipelineExplorer(PipelineSettings(kv_blocks=2), dpi=30)
-    fig = ex.figure
-    ex.kv_blocks.value = 3
-    ex.hbm.value = 3.2
-    assert ex.figure is fig and ex.view.figures_built == 1
-    ex.strategy.value = "self_mte2"            # one buffer per operand: other lanes
-    assert ex.figure is not fig and ex.view.figures_built == 2
-    ex.strategy.value = "ping_pong"
-    assert ex.figure is fig and ex.view.figures_built == 2
-    assert len(ex.out.outputs) == 1 and plt.get_fignums() == []
 
 
 def test_pipeline_explorer_change_record():

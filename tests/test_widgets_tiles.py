@@ -25,40 +25,24 @@ def _empty_tiles(sq, sk, bq, bk, options):
 
 
 def test_explorer_builds_and_follows_its_controls():
-    ex = TileExplorer(sq=32, sk=32, block_q=8, block_k=8, mask_kind="causal", draw=False)
+    ex = TileExplorer(sq=32, sk=32, block_q=8, block_k=8, mask_kind="causal")
+    st = ex.state(ex.values)
     # one step per tile; the skipped ones are the empty tiles
-    assert ex.n_steps == 16 and ex.step.max == 15
-    assert len(ex.walk.computed) == 16 - _empty_tiles(32, 32, 8, 8, {"causal": True}) == 10
-    ex.step.value = 7
-    ex.block_q.value = 5                      # 7 q-blocks x 4 kv-blocks
-    assert ex.n_steps == 28 and ex.step.max == 27 and ex.step.value == 0
-    assert ex.walk.block_q == 5
-    ex.mask_kind.value = "none"
-    assert len(ex.walk.computed) == ex.n_steps == 28
-    ex.sk.value = 17                          # 7 x 3, lengths no multiple of the block
-    assert ex.n_steps == 21 and ex.walk.sk == 17
-    ex.mask_kind.value = "sliding window"
-    ex.window.value = 3
+    assert len(st["frames"]) == 16
+    assert sum(t[4] != 0 for t in st["tiles"]) == 16 - _empty_tiles(32, 32, 8, 8, {"causal": True}) == 10
+    v = {**ex.values, "block_q": 5, "mask_kind": "none", "sk": 17}   # 7 x 3, off the grid
+    st = ex.state(v)
+    assert len(st["frames"]) == 21 and all(t[4] != 0 for t in st["tiles"])
+    v.update(mask_kind="sliding window", window=3)
     _, options = demo_problem(32, 17, mask_kind="sliding window", window=3)
-    assert len(ex.walk.computed) == 21 - _empty_tiles(32, 17, 5, 8, options)
-    assert len(ex.walk.computed) < 21
-    ex.next.click()
-    ex.next.click()
-    ex.prev.click()
-    assert ex.step.value == 1
-    ex.step.value = ex.step.max
-    ex.next.click()                           # clamped at the last step
-    assert ex.step.value == ex.step.max
+    st = ex.state(v)
+    assert sum(t[4] != 0 for t in st["tiles"]) == 21 - _empty_tiles(32, 17, 5, 8, options) < 21
+    assert ex.state(v)["off"] == [] and ex.state({**v, "mask_kind": "causal"})["off"] == ["window"]
 
 
-def test_explorer_draws_the_current_step():
+def test_explorer_numbers_follow_the_step():
     ex = TileExplorer(sq=16, sk=16, block_q=8, block_k=8, mask_kind="random dense mask")
-    assert ex.figure is not None
-    ex.next.click()
-    assert "tile 2/4" in ex.figure.get_suptitle()
-    (shown,) = ex.out.outputs
-    assert shown["data"]["text/plain"] == "<tile 2 of 4>"
-    assert shown["data"]["image/png"].startswith("iVBORw0KGgo")   # base64 of the PNG header
+    assert ex.numbers(frame=1)[1].startswith("step 2 of 4: q-block 0 (rows 0-7) x kv-block 1")
 
 
 @pytest.mark.parametrize("kind", MASK_KINDS)
@@ -104,33 +88,30 @@ def test_drawings_render():
     plt.close(fig)
 
 
-def test_a_step_moves_artists_and_builds_nothing(monkeypatch):
-    """A step of the explorer updates the artists of one figure; only a new walk builds one."""
-    import flashlab.viz.tiles as tiles
+def test_a_step_of_the_animation_moves_artists_and_builds_nothing():
+    """A step of the walk's view updates the artists of one figure."""
+    from matplotlib.figure import Figure
 
-    built = []
-    init = tiles.WalkView.__init__
-    monkeypatch.setattr(tiles.WalkView, "__init__",
-                        lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
-    ex = TileExplorer(sq=36, sk=36, block_q=8, block_k=8, mask_kind="causal")
-    assert len(built) == 1
-    fig, axes = ex.figure, list(ex.figure.axes)
+    from flashlab.viz.tiles import WalkView
+
+    walk, o_ref = walk_demo(36, 36, 8, 8, mask_kind="causal")
+    view = WalkView(walk, o_ref, fig=Figure())
+    view.update(0)
+    fig, axes = view.fig, list(view.fig.axes)
     children = [len(ax.get_children()) for ax in axes]
-    for index in (1, 5, 6, ex.n_steps - 1):
-        ex.step.value = index
-        assert ex.figure is fig and list(fig.axes) == axes
+    n = len(walk.steps)
+    for index in (1, 5, 6, n - 1):
+        view.update(index)
+        assert view.fig is fig and list(fig.axes) == axes
         assert [len(ax.get_children()) for ax in axes] == children
-        st = ex.walk.steps[index]
+        st = walk.steps[index]
         # the outline sits on the step's tile, dashed when skipped; one dot per earlier computed tile
-        x, y, w, h = ex.view.current.get_bbox().bounds
+        x, y, w, h = view.current.get_bbox().bounds
         assert (x, y, w, h) == (st.cols[0], st.rows[0], st.cols[1] - st.cols[0], st.rows[1] - st.rows[0])
-        assert (ex.view.current.get_linestyle() == "--") == st.skipped
-        earlier = sum(not s.skipped for s in ex.walk.steps[:index])
-        assert len(ex.view.dots.get_xdata()) == earlier
-        assert f"tile {index + 1}/{ex.n_steps}" in fig.get_suptitle()
-    assert len(built) == 1                     # stepping built no figure
-    ex.block_q.value = 4                        # a new walk: one new figure
-    assert len(built) == 2 and ex.figure is not fig
+        assert (view.current.get_linestyle() == "--") == st.skipped
+        earlier = sum(not s.skipped for s in walk.steps[:index])
+        assert len(view.dots.get_xdata()) == earlier
+        assert f"tile {index + 1}/{n}" in fig.get_suptitle()
 
 
 def test_walk_view_one_row_qblocks_and_legend():
@@ -157,11 +138,6 @@ def test_walk_view_one_row_qblocks_and_legend():
     small = [t.get_text() for t in view.fig.findobj(Text)
              if t.get_text().strip() and t.get_visible() and t.get_fontsize() < WALK_FONT["tick"]]
     assert small == []                         # no text below 9 pt (10 px at 80 dpi)
-
-
-def test_window_label_is_not_cut():
-    ex = TileExplorer(sq=8, sk=8, block_q=4, block_k=4, draw=False)
-    assert ex.window.style.description_width == "initial"
 
 
 def test_tile_explorer_step_timing_record():

@@ -16,6 +16,17 @@ unreachable: a proxy that refuses connections and a resolver that finds no name)
   column's edge), no box that scrolls without a scrollbar on a device with overlay scrollbars,
   nothing sticking out of the column (:data:`OVERFLOW_JS`);
 
+* every static explorer (``div.flashlab-explorer``, :mod:`flashlab.widgets.explorer`) responds:
+  it is interactive within :data:`READY_LIMIT_MS` of the page's load event (the time from its
+  script to its first picture is printed too: it includes the page's other loading work, which
+  shares the main thread); every control is
+  moved through its values (a disabled one from a state where it matters), and each must change
+  the picture or the numbers under it, within :data:`RESPONSE_LIMIT_MS` (each move timed twice,
+  the faster counts: a stall of the shared machine hits one, a slow state both); for
+  :data:`SAMPLES` sampled states the numbers the page shows equal those the explorer's Python
+  code computes (:meth:`flashlab.widgets.explorer.Explorer.numbers`), with a screenshot of each
+  as ``<page>-explorer<n>-<k>.png``; it adds at most 2 MB to the page (:func:`check_explorers`);
+
 and, over every HTML file of the site, that each internal link points to an existing file
 and, if it has a ``#fragment``, to an existing anchor in it. One screenshot per page is
 saved under ``_build/screenshots/`` (the top of the page, up to ``--max-height`` pixels), one
@@ -90,6 +101,9 @@ PAGE_PROBE = r"""
 })()
 """ % (CJK_FAMILY, CJK_FILE)
 
+
+#: the reports of :func:`check_explorers` on every page checked so far (printed by main)
+EXPLORER_REPORTS: list[dict] = []
 
 #: the window widths every page is checked at: a laptop, and a phone (portrait)
 WIDTHS = {"desktop": 1280, "phone": 390}
@@ -453,6 +467,9 @@ def check_page(cdp: CDP, url: str, shot: Path, *, notebook: bool, settle: float,
             problems.append("notebook page has no cell outputs (not executed?)")
         if probe["errorOutputs"]:
             problems.append(f"{probe['errorOutputs']} error outputs (tracebacks) on the page")
+        found, reports = check_explorers(cdp, session, shot)
+        problems += found
+        EXPLORER_REPORTS.extend(reports)
         problems += _overflow_problems(cdp, session, WIDTHS["desktop"])
         height = min(max_height, int(probe["height"]))
         cdp.send("Emulation.setDeviceMetricsOverride",
@@ -521,6 +538,230 @@ def _element_shots(cdp: CDP, session: str, shot: Path) -> list[str]:
         element_shot_path(shot, n).write_bytes(base64.b64decode(png))
     return problems
 
+#: an explorer must be interactive within this many ms of the page's load event (issue 33)
+READY_LIMIT_MS = 1000.0
+#: a control must respond (state looked up, picture and numbers redrawn, laid out) within this
+RESPONSE_LIMIT_MS = 50.0
+#: sampled states per explorer whose numbers are compared with Python's
+SAMPLES = 3
+
+# The static explorers of the open page: id, kind, constructor arguments, size, readiness.
+EXPLORERS_JS = r"""
+(() => [...document.querySelectorAll('.flashlab-explorer[data-static="1"]')].map(e => ({
+  id: e.id, kind: e.dataset.explorer, args: JSON.parse(e.dataset.args),
+  bytes: new Blob([e.outerHTML]).size, ready: !!e.fx,
+  readyMs: e.dataset.readyMs ? +e.dataset.readyMs : null,
+  bootMs: e.dataset.bootMs ? +e.dataset.bootMs : null,
+  loadMs: performance.getEntriesByType('navigation')[0].loadEventEnd,
+})))()
+"""
+
+# Move every control of an explorer through its values, as a reader does (input/change events on
+# the page's own inputs; a disabled control first from a grid state where it is enabled), and the
+# step slider of a state with frames. For each: did the picture or the numbers change, and the
+# milliseconds from the event to the redrawn, laid-out explorer.
+MOVE_JS = r"""
+(() => {
+  const root = document.getElementById(%s), fx = root.fx, P = fx.payload;
+  const sizes = P.controls.map(c => c.values.length);
+  const snap = () => fx.picture.innerHTML + '|' + fx.numbers.innerText;
+  const fire = (input, value) => {
+    const t0 = performance.now();
+    input.value = value;
+    input.dispatchEvent(new Event(input.tagName === 'SELECT' ? 'change' : 'input'));
+    root.getBoundingClientRect(); void root.offsetHeight;      // force the layout
+    return performance.now() - t0;
+  };
+  const indicesOf = k => sizes.map((_, n) => Math.floor(k / sizes.slice(n + 1).reduce((a, b) => a * b, 1)) %% sizes[n]);
+  const report = [];
+  P.controls.forEach((c, n) => {
+    const input = fx.inputs[c.name];
+    if (!input) return;
+    // start where the control matters: the first grid state from which its next value leads
+    // to another state (index = sum idx_m * stride_m, so the next value is k + stride)
+    const stride = sizes.slice(n + 1).reduce((a, b) => a * b, 1);
+    const k = P.lookup.findIndex((s, j) => Math.floor(j / stride) %% sizes[n] < sizes[n] - 1
+                                          && P.lookup[j + stride] !== s);
+    fx.set(indicesOf(Math.max(0, k)), 0);
+    let changed = false, ms = [];
+    let before = snap();
+    for (let v = 0; v < c.values.length; v++) {
+      // each move timed twice (there, back, there again), the faster one counts: another
+      // process on a shared machine stalls one of them, a slow state stalls both
+      const from = +input.value, to = (from + 1) %% c.values.length;
+      const first = fire(input, to);
+      fire(input, from);
+      ms.push(Math.min(first, fire(input, to)));
+      const after = snap();
+      if (after !== before) changed = true;
+      before = after;
+    }
+    report.push({name: c.name, values: c.values.length, changed, ms, disabled: input.disabled});
+  });
+  // the step slider: from a state with more than one frame
+  const multi = P.lookup.findIndex(s => (P.states[s].frames || []).length > 1);
+  if (multi >= 0) {
+    fx.set(indicesOf(multi), 0);
+    let before = snap(), changed = false, ms = [];
+    const n = P.states[P.lookup[multi]].frames.length;
+    for (let k = 1; k < Math.min(n, 12); k++) {
+      const first = fire(fx.step, k);
+      fire(fx.step, k - 1);
+      ms.push(Math.min(first, fire(fx.step, k)));
+      const after = snap();
+      if (after !== before) changed = true;
+      before = after;
+    }
+    report.push({name: 'step', values: n, changed, ms, disabled: false});
+  }
+  fx.set(P.init, 0);
+  return report;
+})()
+"""
+
+
+def _sample_js(uid: str, seed: int) -> str:
+    """JavaScript that moves explorer ``uid`` to a pseudo-random grid state and step (from
+    ``seed``) and returns what the page shows: the control values, the step, the numbers."""
+    return (f"(() => {{ const root = document.getElementById({json.dumps(uid)}), fx = root.fx, P = fx.payload;"
+            f" let x = {int(seed)} * 2654435761 % 4294967296;"
+            " const next = m => { x = (x * 1103515245 + 12345) % 2147483648; return x % m; };"
+            " const idx = P.controls.map(c => next(c.values.length));"
+            " let k = 0; P.controls.forEach((c, n) => { k = k * c.values.length + idx[n]; });"
+            " const st = P.states[P.lookup[k]];"
+            " const frame = st.frames ? next(st.frames.length) : 0;"
+            " fx.set(idx, frame); root.scrollIntoView({block: 'start'});"
+            " const cur = fx.current();"
+            " return {values: cur.values, frame: cur.frame,"
+            " lines: [...fx.numbers.children].map(d => d.textContent)}; })()")
+
+
+def python_numbers(kind: str, args: dict, values: dict, frame: int) -> list[str]:
+    """The numbers explorer ``kind`` (built with ``args``) prints for ``values`` and ``frame``,
+    computed by the package's Python code."""
+    return _explorer(kind, json.dumps(args, sort_keys=True)).numbers(values, frame)
+
+
+@functools.lru_cache(maxsize=None)
+def _explorer(kind: str, args_json: str):
+    from flashlab.widgets.explorer import EXPLORERS, Explorer
+
+    cls = EXPLORERS[kind]
+    ex = cls.__new__(cls)
+    Explorer.__init__(ex, **json.loads(args_json))
+    return ex
+
+
+def explorer_problems(report: dict) -> list[str]:
+    """What is wrong with one explorer, from the measurements of :func:`check_explorers`."""
+    from flashlab.widgets.explorer import MAX_PAYLOAD_BYTES
+
+    name = f"explorer {report['kind']} ({report['id']})"
+    out = []
+    if not report["ready"]:
+        return [f"{name}: never became interactive (no data decoded)"]
+    if report["bytes"] > MAX_PAYLOAD_BYTES:
+        out.append(f"{name}: adds {report['bytes']:,} bytes to the page, over {MAX_PAYLOAD_BYTES:,}")
+    if report["interactive_ms"] > READY_LIMIT_MS:
+        out.append(f"{name}: interactive {report['interactive_ms']:.0f} ms after load, over {READY_LIMIT_MS:.0f}")
+    for c in report["controls"]:
+        if not c["changed"]:
+            out.append(f"{name}: control {c['name']!r} does nothing (moved through its {c['values']} values)")
+        if c["ms"] and max(c["ms"]) > RESPONSE_LIMIT_MS:
+            out.append(f"{name}: control {c['name']!r} took {max(c['ms']):.1f} ms to respond, "
+                       f"over {RESPONSE_LIMIT_MS:.0f}")
+    for s in report["samples"]:
+        if s["page"] != s["python"]:
+            out.append(f"{name}: at {s['values']} step {s['frame']} the page shows {s['page']} "
+                       f"but Python computes {s['python']}")
+    return out
+
+
+def check_explorers(cdp: CDP, session: str, shot: Path) -> tuple[list[str], list[dict]]:
+    """Check every static explorer of the open page (see the module's docstring); screenshots
+    ``<page>-explorer<n>-<k>.png``. Returns ``(problems, reports)``."""
+    evaluate = functools.partial(cdp.send, "Runtime.evaluate", session=session)
+    for old in shot.parent.glob(f"{shot.stem}-explorer*{shot.suffix}"):
+        old.unlink()
+    deadline = time.monotonic() + 20
+    while True:
+        found = evaluate({"expression": EXPLORERS_JS, "returnByValue": True})["result"]["value"]
+        if all(e["ready"] for e in found) or time.monotonic() > deadline:
+            break
+        cdp.drain(0.2)
+    problems, reports = [], []
+    for n, e in enumerate(found, 1):
+        report = {**e, "controls": [], "samples": [],
+                  "interactive_ms": max(0.0, (e["readyMs"] or 0) - e["loadMs"]),
+                  "own_ms": (e["readyMs"] or 0) - (e["bootMs"] or 0)}
+        if e["ready"]:
+            report["controls"] = evaluate({"expression": MOVE_JS % json.dumps(e["id"]),
+                                           "returnByValue": True})["result"]["value"]
+            for k in range(1, SAMPLES + 1):
+                shown = evaluate({"expression": _sample_js(e["id"], 1000 * n + k),
+                                  "returnByValue": True})["result"]["value"]
+                report["samples"].append({**shown, "page": shown["lines"],
+                                          "python": python_numbers(e["kind"], e["args"], shown["values"],
+                                                                   shown["frame"])})
+                box = evaluate({"expression": f"(() => {{ const r = document.getElementById({json.dumps(e['id'])})"
+                                ".getBoundingClientRect(); return {x: r.left + scrollX, y: r.top + scrollY, "
+                                "width: r.width, height: r.height}; })()", "returnByValue": True})["result"]["value"]
+                clip = element_clip(box)
+                if clip:
+                    png = cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip}, session=session)["data"]
+                    shot.with_name(f"{shot.stem}-explorer{n}-{k}{shot.suffix}").write_bytes(base64.b64decode(png))
+            evaluate({"expression": f"document.getElementById({json.dumps(e['id'])}).fx.set("
+                                    f"document.getElementById({json.dumps(e['id'])}).fx.payload.init, 0)"})
+        problems += explorer_problems(report)
+        reports.append(report)
+    return problems, reports
+
+
+def check_explorer_file(html: Path, chromium: str, shots: Path) -> tuple[list[str], list[dict]]:
+    """Open one HTML file (served from its folder, network off) in headless Chromium and run
+    :func:`check_explorers` on it: the explorers' check without a built book (the tests use it
+    on a page of the four explorers)."""
+    server, port = _serve(html.parent)
+    shots.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="check-explorers-") as profile:
+        proc, ws_url = _launch_chromium(chromium, Path(profile))
+        try:
+            cdp = CDP(ws_url)
+            target = cdp.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+            session = cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                cdp.send(f"{domain}.enable", session=session)
+            cdp.send("Emulation.setDeviceMetricsOverride",
+                     {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+            cdp.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/{html.name}"}, session=session)
+            if not cdp.wait_event("Page.loadEventFired", session, 60):
+                return [f"{html.name} did not finish loading in 60 s"], []
+            cdp.drain(0.5)
+            problems, reports = check_explorers(cdp, session, shots / f"{html.stem}.png")
+            errors = [e for e in _event_errors(cdp.events, session) if "favicon.ico" not in e]
+            return problems + errors, reports
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            server.shutdown()
+
+
+def explorer_line(report: dict) -> str:
+    """One printed line per explorer: size, readiness, response times, samples."""
+    times = sorted(t for c in report["controls"] for t in c["ms"])
+    worst = f"{times[-1]:.1f}" if times else "-"
+    median = f"{times[len(times) // 2]:.1f}" if times else "-"
+    same = sum(s["page"] == s["python"] for s in report["samples"])
+    moved = sum(c["changed"] for c in report["controls"])
+    ready = f"{report['readyMs']:.0f}" if report.get("readyMs") is not None else "-"
+    return (f"    explorer {report['kind']:<9} {report['bytes'] / 1e6:5.2f} MB, ready {ready} ms after "
+            f"navigation start ({report.get('own_ms', 0):.0f} ms from its script, the page loading "
+            f"meanwhile), interactive {report['interactive_ms']:.0f} ms after the load event, "
+            f"{moved}/{len(report['controls'])} controls "
+            f"change the picture, response median {median} ms, max {worst} ms; "
+            f"{same}/{len(report['samples'])} sampled states match Python")
+
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -553,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
                 notebook = (ROOT / f"{page}.ipynb").exists()
                 shot = args.screenshots / f"{Path(page).name}.png"
                 t0 = time.monotonic()
+                n_reports = len(EXPLORER_REPORTS)
                 report[page] = check_page(cdp, f"http://127.0.0.1:{port}/{page}.html", shot,
                                           notebook=notebook, settle=args.settle, max_height=args.max_height)
                 status = "ok" if not report[page] else f"{len(report[page])} problem(s)"
@@ -561,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
                 more = f" (+{n_elements} element shots {shot.stem}-1..{n_elements})" if n_elements else ""
                 print(f"  {page:<32} {status:<14} {time.monotonic() - t0:4.1f} s  -> "
                       f"{shot.relative_to(ROOT) if shot.is_relative_to(ROOT) else shot}{more}")
+                for r in EXPLORER_REPORTS[n_reports:]:
+                    print(explorer_line(r))
         finally:
             proc.terminate()
             proc.wait(timeout=10)

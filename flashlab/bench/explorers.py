@@ -1,6 +1,8 @@
-"""Timings of the interactive explorers: one step of the tile explorer
-(:func:`tile_explorer_step`) and one change of the pipeline explorer
+"""Timings of the matplotlib views behind the tile and pipeline drawings: one step of the tile
+walk's view (:func:`tile_explorer_step`) and one change of the Gantt view
 (:func:`pipeline_explorer_timing`, :func:`flashlab.widgets.pipeline.pipeline_explorer_change`).
+The explorers themselves draw precomputed states in the browser (their response is measured in
+headless Chromium by ``tools/check_site.py``).
 The widgets are imported when a timing runs, so importing the bench never loads them.
 """
 from __future__ import annotations
@@ -18,12 +20,13 @@ __all__ = ["tile_explorer_step", "pipeline_explorer_timing"]
 @functools.cache
 def tile_explorer_step(sq: int = 36, sk: int = 36, block: int = 8, mask_kind: str = "causal",
                        dpi: int = 80) -> dict:
-    """Seconds per step of the tile explorer: the median over every step of one walk.
+    """Seconds per step of the tile walk's matplotlib view: the median over every step of one walk.
 
-    A step is what ``flashlab.widgets.tiles.TileExplorer.redraw`` does besides the widget
-    traffic: :meth:`flashlab.viz.tiles.WalkView.update` and the PNG
+    A step is what a frame of the walk's animation costs
+    (:func:`flashlab.widgets.tiles.tile_walk_animation`):
+    :meth:`flashlab.viz.tiles.WalkView.update` and the PNG
     (:meth:`~flashlab.viz.tiles.WalkView.png`). The figure is built once before timing, as
-    the explorer builds it once per walk. Returns ``{"problem", "steps", "median_s",
+    the animation builds it once per walk. Returns ``{"problem", "steps", "median_s",
     "max_s", "build_s", "play_interval_s", "target_s"}``.
     """
     from flashlab.viz.tiles import WalkView  # a plain Agg figure: no pyplot, no backend switch

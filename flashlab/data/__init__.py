@@ -11,8 +11,10 @@ Each file records the command that wrote it, its date, machine and versions:
 ``train_tiny.json``        ``python examples/train_tiny.py``
 ``performance_live.json``  ``python -m flashlab.bench._page flashlab/data/performance_live.json``
 ``backward_ratio.json``    ``python tools/backward_ratio.py`` (one thread, N = 1024, quiet machine)
-``gpu_bench.json``         ``tools/gpu_device_run.sh OUT`` (``python -m flashlab.gpu.bench``) on an NVIDIA H200
+``gpu_bench.json``         ``tools/gpu_device_run.sh OUT`` (``python -m flashlab.gpu.bench``) on an H200 (old kernels)
 ``gpu_bench_more.json``    the same H200 session: the run before the bank-conflict fix, a tile sweep, d = 128
+``npu_fa_measured.json``   copied by hand from pto-isa (commit 3186c381): the fit inputs and held-out timings
+``gpu_inspect.json``       ``python -m flashlab.gpu.inspect --json ... --label before|after`` (sm_90, no GPU needed)
 =========================  ==========================================================================
 
 They are package data (``[tool.setuptools.package-data]`` in ``pyproject.toml``), read through

@@ -3,7 +3,7 @@
 - :func:`check_forward_read_bytes`: the reader predicts the global-memory bytes the fused
   forward reads for a tiling; the checker compares the prediction with the bytes the
   instrumented kernel *counts* when it runs (in Numba's CUDA simulator without a GPU).
-- :func:`check_shared_memory_bytes`: the shared memory one forward block declares.
+- :func:`check_shared_memory_bytes`: the operand tiles one forward block stages in shared memory.
 
 Self-contained: it uses only the public helpers of ``flashlab.exercises._core``.
 """
@@ -104,11 +104,13 @@ _SHARED_CASES = ((64, 64, 64, 64), (32, 16, 192, 128), (16, 64, 8, 24))
 
 
 def check_shared_memory_bytes(fn: Callable[[int, int, int, int], int]) -> Feedback:
-    """Check ``fn(block_q, block_k, d_qk, d_v) -> int``: bytes of shared memory of one forward block.
+    """Check ``fn(block_q, block_k, d_qk, d_v) -> int``: bytes of one forward block's operand tiles.
 
-    The forward declares three float32 tiles: Q_i (block_q x Dqk), K_j (block_k x Dqk) and
-    V_j (block_k x Dv) (:func:`flashlab.gpu.forward.forward_shared_bytes`); the score row and
-    the accumulator are per thread (registers / local memory), not shared.
+    The forward stages three float32 operand tiles in shared memory: Q_i (block_q x Dqk),
+    K_j (block_k x Dqk) and V_j (block_k x Dv). The scores S and the accumulator O~ live in the
+    lanes' register micro-tiles. (The kernel's full declaration,
+    :func:`flashlab.gpu.forward.forward_shared_bytes`, adds the rows' padding, the P~ tile the
+    lanes exchange and the row reductions.)
     """
     ex = "shared memory per block"
     got = []
@@ -124,10 +126,10 @@ def check_shared_memory_bytes(fn: Callable[[int, int, int, int], int]) -> Feedba
     # a slip is named only when it gives every case's answer (the cases tell them apart)
     slips = (
         ("score_tile_shared", lambda bq, bk, dqk, dv: 4 * (bq * dqk + bk * dqk + bk * dv + bq * bk),
-         "the score tile is not in shared memory: each thread keeps its own row of S in "
-         "registers (local memory)."),
+         "the score tile is not an operand tile: S lives in the lanes' register micro-tiles (the "
+         "P~ tile the kernel adds for the exchange between lanes is not asked for)."),
         ("accumulator_shared", lambda bq, bk, dqk, dv: 4 * (bq * dqk + bk * dqk + bk * dv + bq * dv),
-         "the output accumulator O~ is per thread (registers / local memory), not shared."),
+         "the output accumulator O~ lives in the lanes' register micro-tiles, not in shared memory."),
         ("elements_not_bytes", lambda bq, bk, dqk, dv: bq * dqk + bk * dqk + bk * dv,
          "you counted elements: float32 tiles are 4 bytes per element."),
         ("v_with_dqk", lambda bq, bk, dqk, dv: 4 * (bq * dqk + 2 * bk * dqk),
@@ -136,7 +138,7 @@ def check_shared_memory_bytes(fn: Callable[[int, int, int, int], int]) -> Feedba
          "you forgot V_j (block_k x Dv)."),
     )
     i = next(n for n, (g, t) in enumerate(zip(got, truth)) if g != t)
-    msg = f"for (Br, Bc, Dqk, Dv) = {_SHARED_CASES[i]} the block declares {truth[i]} bytes, you said {got[i]!r}"
+    msg = f"for (Br, Bc, Dqk, Dv) = {_SHARED_CASES[i]} the operand tiles take {truth[i]} bytes, you said {got[i]!r}"
     for name, slip, hint in slips:
         if got == [slip(*c) for c in _SHARED_CASES]:
             return Feedback(ex, False, f"{msg}: {hint}", name)

@@ -3,7 +3,8 @@
 - :func:`flash_attention_gpu`, :func:`flash_attention_backward_gpu`: the fused forward and
   backward (:mod:`flashlab.gpu.forward`, :mod:`flashlab.gpu.backward`);
 - :func:`standard_attention_gpu`: the three-kernel baseline (:mod:`flashlab.gpu.standard`);
-- :class:`Traffic`: bytes moved to and from global memory, counted by an instrumented build.
+- :class:`Traffic`: global-memory requests (bytes loaded and stored by the threads), counted by
+  an instrumented build; what reaches DRAM is less (:mod:`flashlab.gpu.traffic`).
 
 They run on a CUDA GPU when one is present and in Numba's CUDA simulator otherwise
 (:mod:`flashlab.gpu.target` says how the choice is made). ``python -m flashlab.gpu.bench``

@@ -30,9 +30,25 @@ import ctypes
 import os
 import sys
 
-__all__ = ["driver_device_count", "cuda", "is_simulator", "describe"]
+__all__ = ["driver_device_count", "cuda", "is_simulator", "describe", "compile_only",
+           "STATIC_SHARED_LIMIT"]
+
+#: static shared memory one CUDA thread block may declare (48 KiB on every CUDA GPU)
+STATIC_SHARED_LIMIT = 48 * 1024
 
 _ENV = "NUMBA_ENABLE_CUDASIM"
+_COMPILE_ONLY = False   # set by compile_only(): the real numba.cuda, to compile (no GPU needed)
+
+
+def compile_only() -> None:
+    """Choose the real ``numba.cuda`` to *compile* kernels (PTX for any ``cc``) on a machine
+    that may have no GPU; launching then fails. For :mod:`flashlab.gpu.inspect`; must be called
+    before ``numba.cuda`` is first imported."""
+    global _COMPILE_ONLY
+    if "numba.cuda" in sys.modules and _simulating(sys.modules["numba.cuda"]):
+        raise RuntimeError("numba.cuda was already imported as the simulator; call compile_only() first")
+    os.environ[_ENV] = "0"
+    _COMPILE_ONLY = True
 
 
 def driver_device_count() -> int:
@@ -70,7 +86,7 @@ def cuda():
         config.reload_config()
         config.CACHE_DIR = cache_dir
     from numba import cuda as numba_cuda
-    if not _simulating(numba_cuda) and not numba_cuda.is_available():
+    if not _simulating(numba_cuda) and not _COMPILE_ONLY and not numba_cuda.is_available():
         raise RuntimeError("numba.cuda was imported for a real GPU, but no CUDA GPU is usable here; "
                            f"set {_ENV}=1 before numba.cuda is first imported to use the simulator")
     return numba_cuda

@@ -11,19 +11,27 @@ the compiler drops them.
 """
 from __future__ import annotations
 
-from numba import float32
+from functools import lru_cache
 
+from numba import float32, uint64
+
+from flashlab.gpu.target import _simulating
 from flashlab.gpu.target import cuda as _select_target
 
 cuda = _select_target()   # the helpers name `cuda` as a module global (the simulator swaps it)
+# the micro-tile products are inlined into the kernel (their register tiles must not go to
+# local memory through a call); the simulator's jit takes no such option
+_INLINE = {} if _simulating(cuda) else {"forceinline": True, "opt": True}
 
-__all__ = ["stage", "next_tile", "flush", "block_heads", "query_rows", "store_row", "add_product_tile"]
+__all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
+           "conflict_free_pad", "product_abt", "product_ab", "product_atb", "UNROLL", "unroll_by"]
 
 
 @cuda.jit(device=True)
 def stage(dst, src, b, h, r0, rows, t, threads):
-    """dst[:rows] <- src[b, h, r0:r0 + rows] (float32); returns the bytes thread ``t`` read."""
-    n = dst.shape[1]
+    """dst[:rows, :n] <- src[b, h, r0:r0 + rows] (float32, n = src.shape[3]; ``dst`` may be wider:
+    a padded tile); returns the bytes thread ``t`` read."""
+    n = src.shape[3]
     nbytes = 0
     for e in range(t, rows * n, threads):
         dst[e // n, e % n] = src[b, h, r0 + e // n, e % n]
@@ -57,42 +65,143 @@ def block_heads(H, Hkv):
     return bh // H, h, h // (H // Hkv)
 
 
-@cuda.jit(device=True)
-def query_rows(BQ, Sq):
-    """(qb, t, i0, rows, i) of this thread: query block ``qb`` (grid axis y) starts at row
-    ``i0 = qb BQ`` and holds ``rows`` rows (fewer in the last block); thread ``t`` owns row
-    ``i = i0 + t`` (threads with ``t >= rows`` only help to stage tiles)."""
-    qb = cuda.blockIdx.y
-    t = cuda.threadIdx.x
-    i0 = qb * BQ
-    return qb, t, i0, min(BQ, Sq - i0), i0 + t
+# --- FlashAttention-2's work split: a warp owns query rows, a lane a register micro-tile -------
+#
+# The 32 lanes of a warp form a LANE_ROWS x LANE_COLS grid: lane (ty, tx) = (lane // 8, lane % 8).
+# Of the warp's rows it holds rows ty*TM .. ty*TM + TM - 1 (TM rows per lane); of a tile's
+# columns it holds tx, tx + 8, tx + 16, ... (strided, so that the 8 lanes of a row group read 8
+# neighbouring rows of a K tile or 8 neighbouring words of a V row: different banks).
+
+#: lanes of a warp along the rows and along the columns of a micro-tiled product
+LANE_ROWS, LANE_COLS = 4, 8
+WARP = LANE_ROWS * LANE_COLS
+BANKS = 32
 
 
-@cuda.jit(device=True)
-def store_row(dst, b, h, i, row):
-    """dst[b, h, i, :] <- row (float32, one thread's row); returns the bytes written."""
-    n = dst.shape[3]
-    for d in range(n):
-        dst[b, h, i, d] = row[d]
-    return 4 * n
+def _conflicts(addresses) -> int:
+    """Bank-conflict degree of one warp access: the most distinct word addresses on one bank."""
+    per_bank: dict[int, set[int]] = {}
+    for a in addresses:
+        per_bank.setdefault(a % BANKS, set()).add(a)
+    return max(len(a) for a in per_bank.values())
 
 
-@cuda.jit(device=True)
-def add_product_tile(dst, b, h, j0, cols, a, x, rows, factor, t, threads):
-    """dst[b, h, j0 + c, d] += factor * sum_r a[r, c] x[r, d] for c < cols, by atomic adds.
-
-    ``a`` (rows x cols) and ``x`` (rows x n) are shared tiles; the block's threads stride over
-    the ``cols x n`` elements, each a sum over the block's rows added with one atomic (blocks of
-    other query blocks add into the same rows). Returns the bytes thread ``t`` wrote.
+def conflict_free_pad(width: int, rows_per_lane: int) -> int:
+    """Padding ``p`` of a shared ``(rows, width + p)`` float32 tile for the micro-tiled warp
+    accesses: 8 lanes reading rows ``tx`` (a K tile in ``S = Q K^T``), and the 4 x 8 lanes
+    reading or writing rows ``ty * rows_per_lane``, columns ``tx`` (Q, P tiles). Words of one
+    bank are broadcast when their addresses are equal, so only distinct addresses conflict.
+    The smallest ``p`` with the lowest worst conflict degree (1, conflict-free, for the
+    widths that are multiples of 32 with 4 rows per lane; small test tiles may keep some).
     """
-    n = x.shape[1]
-    nbytes = 0
-    for e in range(t, cols * n, threads):
-        c = e // n
-        d = e % n
-        acc = float32(0.0)
-        for r in range(rows):
-            acc += a[r, c] * x[r, d]
-        cuda.atomic.add(dst, (b, h, j0 + c, d), acc * factor)
-        nbytes += 4
-    return nbytes
+    def cost(p: int) -> int:
+        s = width + p
+        return max(_conflicts(tx * s for tx in range(LANE_COLS)),
+                   _conflicts(ty * rows_per_lane * s + tx
+                              for ty in range(LANE_ROWS) for tx in range(LANE_COLS)))
+    return min(range(BANKS), key=lambda p: (cost(p), p))
+
+
+#: steps of a product loop unrolled by hand (the compiler's unroller leaves them rolled)
+UNROLL = 4
+
+
+def unroll_by(n: int) -> int:
+    """The largest power of two <= :data:`UNROLL` dividing ``n``: a product loop's unroll factor."""
+    u = UNROLL
+    while n % u:
+        u //= 2
+    return u
+
+
+@lru_cache(maxsize=None)
+def product_abt(tm: int, tn: int, n: int):
+    """Device function ``f(acc, a, a0, b, b0)``: acc[r, c] += sum_{d < n} a[a0 + r, d] b[b0 + 8 c, d].
+
+    One lane's ``(tm, tn)`` register micro-tile of ``A B^T`` (``S = Q K^T``, ``dP = dO V^T``);
+    ``a`` and ``b`` are shared tiles. ``tm``, ``tn`` and ``n`` are compile-time constants, so
+    every loop has a constant trip count: the compiler unrolls them and ``acc`` stays in
+    registers. Per step ``d`` the lane loads ``tm + tn`` words and issues ``tm tn`` FFMAs.
+    """
+    TM, TN, N, U = tm, tn, n, unroll_by(n)
+
+    @cuda.jit(device=True, **_INLINE)
+    def abt(acc, a, a0, b, b0):
+        x = cuda.local.array(TM, float32)
+        y = cuda.local.array(TN, float32)
+        # unsigned indices: no negative-index wraparound code in the loop
+        ua, ub = uint64(a0), uint64(b0)
+        for d0 in range(0, N, U):
+            for u in range(U):      # U steps unrolled: constant shared-memory offsets, one branch
+                d = uint64(d0 + u)
+                for r in range(TM):
+                    x[r] = a[ua + uint64(r), d]
+                for c in range(TN):
+                    y[c] = b[ub + uint64(LANE_COLS * c), d]
+                for r in range(TM):
+                    for c in range(TN):
+                        # acc_rc += A_rd B_cd
+                        acc[r, c] += x[r] * y[c]
+
+    return abt
+
+
+@lru_cache(maxsize=None)
+def product_ab(tm: int, tn: int, n: int):
+    """Device function ``f(acc, a, a0, b, b0)``: acc[r, e] += sum_{c < n} a[a0 + r, c] b[c, b0 + 8 e].
+
+    One lane's ``(tm, tn)`` register micro-tile of ``A B`` (``O = P V``, ``dQ = dS K``), the
+    same loop structure as :func:`product_abt`, with B read along its rows.
+    """
+    TM, TN, N, U = tm, tn, n, unroll_by(n)
+
+    @cuda.jit(device=True, **_INLINE)
+    def ab(acc, a, a0, b, b0):
+        x = cuda.local.array(TM, float32)
+        y = cuda.local.array(TN, float32)
+        ua, ub = uint64(a0), uint64(b0)
+        for c0 in range(0, N, U):
+            for u in range(U):      # U steps unrolled, as in product_abt
+                c = uint64(c0 + u)
+                for r in range(TM):
+                    x[r] = a[ua + uint64(r), c]
+                for e in range(TN):
+                    y[e] = b[c, ub + uint64(LANE_COLS * e)]
+                for r in range(TM):
+                    for e in range(TN):
+                        # acc_re += A_rc B_ce
+                        acc[r, e] += x[r] * y[e]
+
+    return ab
+
+
+@lru_cache(maxsize=None)
+def product_atb(tm: int, tn: int, n: int):
+    """Device function ``f(acc, a, a0, b, b0)``: acc[r, e] += sum_{c < n} a[c, a0 + r] b[c, b0 + 8 e].
+
+    One lane's ``(tm, tn)`` register micro-tile of ``A^T B`` with ``A`` stored transposed
+    (``dQ = dS K`` from the backward's ``dS^T`` tile): the same loop structure as
+    :func:`product_ab`. The lanes of a warp read ``a[c, a0 + r]`` in one row (4 distinct words,
+    broadcast to the 8 lanes that share them) and ``b[c, b0 + 8 e]`` in one row: no bank conflict
+    whatever the padding.
+    """
+    TM, TN, N, U = tm, tn, n, unroll_by(n)
+
+    @cuda.jit(device=True, **_INLINE)
+    def atb(acc, a, a0, b, b0):
+        x = cuda.local.array(TM, float32)
+        y = cuda.local.array(TN, float32)
+        ua, ub = uint64(a0), uint64(b0)
+        for c0 in range(0, N, U):
+            for u in range(U):      # U steps unrolled, as in product_abt
+                c = uint64(c0 + u)
+                for r in range(TM):
+                    x[r] = a[c, ua + uint64(r)]
+                for e in range(TN):
+                    y[e] = b[c, ub + uint64(LANE_COLS * e)]
+                for r in range(TM):
+                    for e in range(TN):
+                        # acc_re += A^T_rc B_ce = A_cr B_ce
+                        acc[r, e] += x[r] * y[e]
+
+    return atb

@@ -5,6 +5,8 @@ number comes from and whether it is
 
 - ``"published"`` — stated by the vendor or by a paper (the source is named),
 - ``"derived"`` — computed from published numbers (the formula is in the source string),
+- ``"fitted"`` — chosen so that the model reproduces a stated measurement (the fit is in
+  :mod:`flashlab.pipeline.calibrated`, the measurement in ``flashlab/data/npu_fa_measured.json``),
 - ``"assumption"`` — a model parameter with no official figure behind it; the reader may move
   it (:func:`flashlab.pipeline.roofline.with_hbm_bandwidth`).
 
@@ -30,7 +32,7 @@ MiB = 1024 ** 2
 GiB = 1024 ** 3
 
 #: the kinds of evidence a :class:`Param` may carry
-STATUSES = ("published", "derived", "assumption")
+STATUSES = ("published", "derived", "fitted", "assumption")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Param:
         where it comes from (document and section), or the formula for a derived number,
         or why it is assumed
     status
-        ``"published"``, ``"derived"`` or ``"assumption"``
+        ``"published"``, ``"derived"``, ``"fitted"`` or ``"assumption"``
     low
         for an assumption, the low end of the range considered (``low <= value``); ``None``
         when not given

@@ -77,8 +77,8 @@ def with_hbm_bandwidth(profile: HardwareProfile, bytes_per_s: float,
 
     ``bytes_per_s`` is what ``profile.hbm_bandwidth`` means: the chip's bandwidth for a chip
     profile, one core's share $\beta_{core}$ for a per-core profile (pass
-    $\beta_{chip} / 24$ for an Ascend 910B AI Core, as :func:`flashlab.rect.with_chip_bandwidth`
-    and :func:`flashlab.pipeline.settings.core_profile` do). The derived numbers are
+    $\beta_{chip} / 24$ for an Ascend 910B AI Core, as
+    :func:`flashlab.pipeline.settings.core_profile` does). The derived numbers are
 
     - the rate of the core model's load and store engines (:data:`HBM_ENGINES`: MTE2 and MTE3,
       cp.async / TMA and their stores), which stream at the core's HBM share,

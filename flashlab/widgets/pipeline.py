@@ -4,28 +4,28 @@ The design points it explores are :class:`flashlab.pipeline.settings.PipelineSet
 (strategy, tile sizes, HBM bandwidth, head dims, RoPE, kv-blocks); this module is the controls
 and the drawings over them.
 
-- :class:`PipelineExplorer` (live kernel; needs ipywidgets): controls for every setting; it
-  redraws the Gantt chart (a :class:`flashlab.viz.gantt.GanttView`: a lane per engine, a lane
-  per ping/pong buffer, the critical engine's idle gaps hatched, utilization bars) and prints
-  the makespan and the speedup over ``iterate_all``. A configuration whose tiles do not fit the
-  buffers shows the ``ValueError`` message instead of a chart.
-- :func:`pipeline_explorer_change`: the seconds one change of a control costs, for the
-  benchmark.
+- :class:`PipelineExplorer`: controls for every setting; the Gantt chart of the simulated
+  schedule (a lane per engine, a lane per ping/pong buffer, the critical engine's idle gaps
+  hatched) and the makespan and the speedup over ``iterate_all``. A configuration whose tiles
+  do not fit the buffers shows the ``ValueError`` message instead of a chart. One
+  implementation for the live kernel and the static book
+  (:class:`flashlab.widgets.explorer.Explorer`): the static page holds every state of its grid.
+- :func:`pipeline_explorer_change`: the seconds one change of the matplotlib Gantt view
+  (:class:`flashlab.viz.gantt.GanttView`) costs, for the benchmark.
 - Static fallbacks for the HTML book, where no kernel runs: :func:`pipeline_grid` (small
   multiples, strategies x tile sizes or strategies x bandwidths) and
   :func:`pipeline_animation` (one chart revealed step by step in time, for ``to_jshtml``).
 
-``ipywidgets`` is imported inside :class:`PipelineExplorer` only, so the static fallbacks never
+``ipywidgets`` is imported by the explorer's live view only, so the static fallbacks never
 need it.
 """
 from __future__ import annotations
 
 import base64
 import dataclasses
-import html
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flashlab.arguments import as_int
 from flashlab.pipeline.buffers import STRATEGIES
@@ -37,14 +37,11 @@ from flashlab.pipeline.settings import (
     simulate_settings,
     summary,
 )
-from flashlab.pipeline.simulate import TIME_UNITS, SimResult
+from flashlab.pipeline.simulate import TIME_UNITS
+from flashlab.widgets.explorer import Control, Explorer
 
-if TYPE_CHECKING:   # matplotlib is imported when a chart is drawn
-    from matplotlib.figure import Figure
-
-    from flashlab.viz.gantt import GanttView
-
-__all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "pipeline_grid",
+__all__ = ["BLOCK_Q_OPTIONS", "BLOCK_K_OPTIONS", "CHANGE_TARGET_S", "GRID_BLOCKS", "GRID_BUFFERS",
+           "GRID_HBM_TB_S", "pipeline_grid",
            "pipeline_animation", "PipelineExplorer", "chart_output", "CHANGES",
            "pipeline_explorer_change"]
 
@@ -135,117 +132,110 @@ def pipeline_animation(settings: PipelineSettings | None = None, *, frames: int 
 
 
 # ------------------------------------------------------------------------------ explorer
-class PipelineExplorer:
-    """Explore the AI Core pipeline of the FlashAttention tile loop (live kernel; ipywidgets).
+#: the tile sizes block_q and block_k the static pipeline explorer offers (issue 33)
+GRID_BLOCKS = (64, 128, 256)
+#: the L1 buffer counts of ``n_buffers`` it offers (2 is ping-pong's count, 4 exercise 5's)
+GRID_BUFFERS = (2, 4)
+#: the chip's HBM bandwidths it offers, TB/s
+GRID_HBM_TB_S = (0.8, 1.6, 3.2)
+#: time unit of the explorer's bars: 10 ps, so that every bar is an integer
+_TICK_S = 1e-11
+
+
+class PipelineExplorer(Explorer):
+    """Explore the AI Core pipeline of the FlashAttention tile loop: one explorer, live and static.
 
     Controls: strategy and, for ``n_buffers``, the buffer count; ``block_q``, ``block_k``; the
     chip's HBM bandwidth (TB/s; MTE2 and MTE3 get 1/24 each); the head dims
     (:data:`~flashlab.pipeline.settings.HEAD_DIMS`); RoPE concatenated or split; the number of
-    kv-blocks. Every change re-simulates the configuration and its ``iterate_all`` baseline,
-    redraws the Gantt chart with utilization bars, and prints
-    :func:`~flashlab.pipeline.settings.summary`. A configuration that cannot run (tiles that
-    do not fit L1/L0/UB) shows the error message and no chart.
+    kv-blocks (fixed at 4 in the static page). Each state is the simulated schedule
+    (:func:`~flashlab.pipeline.settings.run_settings`) as a Gantt chart: a lane per engine, a
+    lane per L1 buffer slot, the critical engine's idle gaps hatched, and
+    :func:`~flashlab.pipeline.settings.summary` with the utilization of every engine under
+    it. A configuration whose tiles do not fit L1/L0/UB shows the ``ValueError`` message.
 
-    Attributes: ``settings`` (the current
-    :class:`~flashlab.pipeline.settings.PipelineSettings`), ``result``,
-    ``baseline``, ``speedup`` (``None`` after an error), ``error`` (the message, or ``None``),
-    ``figure`` (the last chart). Display it as the last expression of a cell; ``.widget`` is
-    the ipywidgets box.
+    The static page offers every strategy, :data:`GRID_BUFFERS`, ``block_q`` and ``block_k``
+    in :data:`GRID_BLOCKS`, every head-dim option, both RoPE modes and :data:`GRID_HBM_TB_S`.
     """
 
-    def __init__(self, settings: PipelineSettings | None = None, *, draw: bool = True,
-                 dpi: int = 70) -> None:
-        import ipywidgets as W
+    kind = "pipeline"
+    title = "Pipeline explorer: the tile loop of one AI Core (modelled)"
+    notebook = "pipeline"
+    controls = (
+        Control("strategy", "strategy", STRATEGIES),
+        Control("n_buffers", "L1 buffers", GRID_BUFFERS, {"min": 1, "max": 4}),
+        Control("block_q", "block_q", GRID_BLOCKS, {"options": BLOCK_Q_OPTIONS}),
+        Control("block_k", "block_k", GRID_BLOCKS, {"options": BLOCK_K_OPTIONS}),
+        Control("hbm_tb_s", "HBM TB/s", GRID_HBM_TB_S, {"min": 0.2, "max": 12.8, "step": 0.1}),
+        Control("head_dims", "Dqk/Dv", tuple(HEAD_DIMS)),
+        Control("rope", "RoPE", ROPE_MODES),
+        Control("kv_blocks", "kv-blocks", (4,), {"min": 1, "max": 16}),
+    )
+    defaults = {"strategy": "ping_pong", "block_q": 128, "block_k": 128, "hbm_tb_s": 1.6,
+                "head_dims": "192/128 native V"}
 
+    def __init__(self, settings: PipelineSettings | None = None) -> None:
         s = PipelineSettings() if settings is None else settings
-        self.dpi, self.draw_enabled = dpi, draw
-        style = {"description_width": "7em"}
-        wide = W.Layout(width="21em")
-        self.strategy = W.Dropdown(options=STRATEGIES, value=s.strategy, description="strategy",
-                                   style=style, layout=wide)
-        self.n_buffers = W.IntSlider(s.n_buffers, min=1, max=4, description="L1 buffers",
-                                     continuous_update=False, style=style, layout=wide)
-        self.block_q = W.SelectionSlider(options=BLOCK_Q_OPTIONS, value=s.block_q,
-                                         description="block_q", continuous_update=False,
-                                         style=style, layout=wide)
-        self.block_k = W.SelectionSlider(options=BLOCK_K_OPTIONS, value=s.block_k,
-                                         description="block_k", continuous_update=False,
-                                         style=style, layout=wide)
-        self.hbm = W.FloatSlider(s.hbm_tb_s, min=0.2, max=12.8, step=0.1, readout_format=".1f",
-                                 description="HBM TB/s", continuous_update=False, style=style,
-                                 layout=wide)
-        self.head_dims = W.Dropdown(options=tuple(HEAD_DIMS), value=s.head_dims,
-                                    description="Dqk/Dv", style=style, layout=wide)
-        self.rope = W.ToggleButtons(options=ROPE_MODES, value=s.rope, description="RoPE",
-                                    style={**style, "button_width": "6em"})
-        self.kv_blocks = W.IntSlider(s.kv_blocks, min=1, max=16, description="kv-blocks",
-                                     continuous_update=False, style=style, layout=wide)
-        self.info = W.HTML()
-        self.out = W.Output()
-        self.controls = (self.strategy, self.n_buffers, self.block_q, self.block_k, self.hbm,
-                         self.head_dims, self.rope, self.kv_blocks)
-        for control in self.controls:
-            control.observe(lambda _: self.update(), names="value")
-        self.widget = W.VBox([
-            W.HBox([self.strategy, self.n_buffers]),
-            W.HBox([self.block_q, self.block_k]),
-            W.HBox([self.hbm, self.kv_blocks]),
-            W.HBox([self.head_dims, self.rope]),
-            self.info, self.out])
-        self.settings: PipelineSettings = s
-        self.result: SimResult | None = None
-        self.baseline: SimResult | None = None
-        self.speedup: float | None = None
-        self.error: str | None = None
-        self.view: GanttView | None = None   # one figure while the lanes stay the same
-        self.figure: Figure | None = None
-        self.update()
+        super().__init__(**{c.name: getattr(s, c.name) for c in self.controls})
 
-    def read_controls(self) -> PipelineSettings:
-        """The :class:`~flashlab.pipeline.settings.PipelineSettings` the controls show."""
-        return PipelineSettings(strategy=self.strategy.value, n_buffers=self.n_buffers.value,
-                                block_q=self.block_q.value, block_k=self.block_k.value,
-                                hbm_tb_s=round(float(self.hbm.value), 6),
-                                head_dims=self.head_dims.value, rope=self.rope.value,
-                                kv_blocks=self.kv_blocks.value)
+    @staticmethod
+    def settings_of(values: dict) -> PipelineSettings:
+        """The :class:`~flashlab.pipeline.settings.PipelineSettings` of control values."""
+        return PipelineSettings(**{**values, "hbm_tb_s": round(float(values["hbm_tb_s"]), 6)})
 
-    def update(self) -> None:
-        """Re-simulate for the current controls and redraw (or show why it cannot run)."""
-        self.settings = self.read_controls()
-        self.n_buffers.disabled = self.settings.strategy != "n_buffers"
+    @property
+    def settings(self) -> PipelineSettings:
+        """The settings the explorer shows."""
+        return self.settings_of(self.values)
+
+    def relevant(self, values: dict) -> dict:
+        """The buffer count matters for ``n_buffers`` only."""
+        return {k: v for k, v in values.items()
+                if k != "n_buffers" or values["strategy"] == "n_buffers"}
+
+    def state(self, values: dict) -> dict:
+        """The simulated schedule of ``values`` as lanes and bars (integer 10 ps ticks), or the
+        error message of a configuration that cannot run."""
+        from flashlab.viz.gantt import KIND_COLORS, KIND_LABELS, SLOT_COLORS, _default_pools, _lanes
+
+        settings = self.settings_of(values)
+        off = [] if settings.strategy == "n_buffers" else ["n_buffers"]
         try:
-            self.result, self.baseline, self.speedup = run_settings(self.settings)
+            result, baseline, speedup = run_settings(settings)
         except ValueError as exc:
-            self.result = self.baseline = self.speedup = None
-            self.error = str(exc)
-            self.info.value = (f"<b>This configuration cannot run:</b> "
-                               f"<code>{html.escape(self.error)}</code>")
-            self.out.outputs = ()
-            return
-        self.error = None
-        self.info.value = html.escape(summary(self.result, self.baseline, self.speedup))
-        self.redraw()
+            return {"error": 1, "off": off,
+                    "text": [settings.label(), f"This configuration cannot run: {exc}"]}
+        pools = _default_pools(result)
+        lanes = _lanes(result, pools)
+        row = {(key, slot): k for k, (_, key, slot) in enumerate(lanes)}
+        palette = sorted({*KIND_COLORS.values(), *SLOT_COLORS, "#BBBBBB"})
+        colour = {c: k for k, c in enumerate(palette)}
 
-    def redraw(self) -> None:
-        """Draw the current result and put it, as a PNG, in the ``Output`` widget.
+        def tick(t: float) -> int:
+            return round(t / _TICK_S)
 
-        The chart is a :class:`~flashlab.viz.gantt.GanttView`: while the lanes stay the same a
-        change redraws the bars on the same figure, with the layout of its first draw, and the
-        PNG costs one Agg draw. As in :class:`flashlab.widgets.TileExplorer`, the PNG is set
-        on the widget's ``outputs`` directly (not ``with self.out: display(...)``, which leaks
-        figures in kernels driven by nbval or scripts).
-        """
-        if not self.draw_enabled or self.result is None:
-            return
-        from flashlab.viz.gantt import GanttView
-
-        if self.view is None:
-            self.view = GanttView(dpi=self.dpi)
-        self.figure = self.view.show(self.result)
-        self.out.outputs = (chart_output(self.view.png(), self.settings),)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        bars = []
+        for i, t in enumerate(result.graph.tasks):
+            bars.append([row[(t.engine, None)], tick(result.start[i]), tick(result.end[i]),
+                         colour[KIND_COLORS.get(t.kind, "#BBBBBB")], t.name])
+        for span in result.occupancy:
+            if span.pool in pools:
+                bars.append([row[(span.pool, span.slot)], tick(span.start), tick(span.end),
+                             colour[SLOT_COLORS[span.slot % len(SLOT_COLORS)]], span.task])
+        kinds = {t.kind for t in result.graph.tasks}
+        legend: dict[str, str] = {}
+        for kind, label in KIND_LABELS.items():
+            if kind in kinds:
+                legend.setdefault(KIND_COLORS[kind], label)
+        busy = ", ".join(f"{e} {100 * u:.0f}%" for e, u in result.utilization.items())
+        return {"lanes": [label for label, _, _ in lanes], "engines": len(result.engines),
+                "crit": row[(result.critical_engine, None)], "T": tick(result.makespan),
+                "scale": round(1e-6 / _TICK_S), "unit": "us", "bars": bars,
+                "gaps": [[tick(a), tick(b)] for a, b in result.idle_gaps],
+                "colors": self.pooled(palette), "legend": self.pooled(sorted(legend.items())),
+                "off": off,
+                "text": [settings.label(), summary(result, baseline, speedup),
+                         f"engines busy: {busy}"]}
 
 
 def chart_output(png: bytes, settings: PipelineSettings) -> dict:
@@ -267,7 +257,7 @@ def pipeline_explorer_change(dpi: int = 70, repeat: int = 2) -> dict:
     """Seconds per change of the pipeline explorer: the median over :data:`CHANGES`, ``repeat``
     times through.
 
-    A change is what :meth:`PipelineExplorer.update` does besides the widget traffic:
+    A change re-simulates and redraws a matplotlib Gantt chart:
     :func:`~flashlab.pipeline.settings.run_settings` (the configuration and its ``iterate_all``
     baseline), :func:`~flashlab.pipeline.settings.summary`, the chart
     (:meth:`flashlab.viz.gantt.GanttView.show` and :meth:`~flashlab.viz.gantt.GanttView.png`)

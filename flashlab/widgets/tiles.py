@@ -1,33 +1,29 @@
 """The tile explorer: the forward kernel tile by tile, live and static.
 
 - :class:`TileExplorer`: choose the tile sizes ``Br x Bc``, the lengths ``Sq, Sk`` and a mask;
-  step (or play) through the forward kernel tile by tile (:func:`flashlab.walk.walk_forward`),
-  drawn by a :class:`flashlab.viz.tiles.WalkView` that is built once per walk and only moves
-  its artists from step to step.
-- :func:`tile_walk_animation`: the same walk as a matplotlib ``FuncAnimation``; its
-  ``to_jshtml()`` plays and scrubs in the static book, where no kernel runs.
+  step (or play) through the forward kernel tile by tile (:func:`flashlab.walk.walk_forward`).
+  One implementation for the live kernel and the static book
+  (:class:`flashlab.widgets.explorer.Explorer`): the static page holds every state of its grid.
+- :func:`tile_walk_animation`: the walk with its numbers (running maxima, sums, the error of
+  the partial output) as a matplotlib ``FuncAnimation`` drawn by a
+  :class:`flashlab.viz.tiles.WalkView`; its ``to_jshtml()`` plays and scrubs in the static book.
 
-``ipywidgets`` is imported inside :class:`TileExplorer` only, so ``import flashlab`` (and the
+``ipywidgets`` is imported by the explorer's live view only, so ``import flashlab`` (and the
 animation) never needs it.
 """
 from __future__ import annotations
 
-import base64
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 import flashlab
+from flashlab.arguments import as_int
+from flashlab.masks import EMPTY, FULL, PARTIAL, allowed
 from flashlab.tiling import cdiv
 from flashlab.walk import Walk, walk_forward
+from flashlab.widgets.explorer import Control, Explorer
 
-if TYPE_CHECKING:   # matplotlib is imported when a figure is drawn
-    from matplotlib.figure import Figure
-
-    from flashlab.viz.tiles import WalkView
-
-__all__ = ["MASK_KINDS", "PLAY_INTERVAL_MS", "PATCH", "demo_problem", "walk_demo", "frame_indices",
-           "tile_walk_animation", "TileExplorer"]
+__all__ = ["MASK_KINDS", "PLAY_INTERVAL_MS", "PATCH", "GRID_BLOCKS", "GRID_LENGTHS", "GRID_WINDOWS",
+           "demo_problem", "walk_demo", "frame_indices", "tile_walk_animation", "TileExplorer"]
 
 #: the mask kinds the explorer offers
 MASK_KINDS = ("none", "causal", "sliding window", "random dense mask")
@@ -110,109 +106,102 @@ def tile_walk_animation(sq: int = 32, sk: int = 32, block_q: int = 8, block_k: i
                          repeat=False)
 
 
-class TileExplorer:
-    """Step through the forward kernel tile by tile (live kernel; needs ipywidgets).
+#: the tile sizes Br and Bc the static tile explorer offers (issue 33)
+GRID_BLOCKS = (4, 8, 16)
+#: the lengths Sq and Sk it offers
+GRID_LENGTHS = (16, 36, 64)
+#: the sliding windows it offers
+GRID_WINDOWS = (4, 8, 16)
 
-    Controls: ``Br`` (block_q), ``Bc`` (block_k), ``Sq``, ``Sk``, the mask kind (and the
-    window for the sliding window), and a step slider with Play, Prev and Next. Every tile of
-    the grid is one step, the skipped ones included (they are drawn with a dashed outline and
-    no K/V block on chip), so the step count is ``ceil(Sq/Br) * ceil(Sk/Bc)``.
 
-    Display it as the last expression of a cell; ``.widget`` is the ipywidgets box.
+class TileExplorer(Explorer):
+    """Step through the forward kernel tile by tile: one explorer, live and static.
+
+    Controls: ``Br`` (block_q), ``Bc`` (block_k), ``Sq``, ``Sk``, the mask kind and the window
+    of the sliding window; then a step slider with play, previous and next over every tile of
+    the walk (:func:`flashlab.walk.walk_forward` on :func:`demo_problem`), the skipped ones
+    included (dashed), so the step count is ``ceil(Sq/Br) * ceil(Sk/Bc)``. The picture is the
+    score grid (masked entries grey), every tile in its class's colour, the tiles already
+    walked filled, the current one outlined with its q-block rows and kv-block keys marked; the
+    numbers under it count tiles and, for the current q-block, the allowed scores summed so far.
+
+    The static page offers :data:`GRID_BLOCKS` x :data:`GRID_LENGTHS` x :data:`MASK_KINDS` x
+    :data:`GRID_WINDOWS` and every step; a live kernel any ``Br, Bc`` in 1..32, ``Sq, Sk`` in
+    1..96 and window in 0..64 (see :class:`~flashlab.widgets.explorer.Explorer`).
     """
 
-    def __init__(self, sq: int = 32, sk: int = 32, block_q: int = 8, block_k: int = 8,
-                 mask_kind: str = "causal", window: int = 8, *, seed: int = 0,
-                 draw: bool = True, dpi: int = 80) -> None:
-        import ipywidgets as W
+    kind = "tiles"
+    title = "Tile explorer: the forward kernel's walk, tile by tile"
+    notebook = "tiling_online_softmax"
+    interval = PLAY_INTERVAL_MS
+    controls = (
+        Control("block_q", "Br", GRID_BLOCKS, {"min": 1, "max": 32}),
+        Control("block_k", "Bc", GRID_BLOCKS, {"min": 1, "max": 32}),
+        Control("sq", "Sq", GRID_LENGTHS, {"min": 1, "max": 96}),
+        Control("sk", "Sk", GRID_LENGTHS, {"min": 1, "max": 96}),
+        Control("mask_kind", "mask", MASK_KINDS),
+        Control("window", "window", GRID_WINDOWS, {"min": 0, "max": 64}),
+    )
+    defaults = {"block_q": 8, "block_k": 8, "sq": 36, "sk": 36, "mask_kind": "causal",
+                "window": 8}
 
-        self.seed, self.dpi, self.draw_enabled = seed, dpi, draw
-        slider = dict(continuous_update=False, style={"description_width": "3em"},
-                      layout=W.Layout(width="14em"))
-        self.block_q = W.IntSlider(block_q, min=1, max=32, description="Br", **slider)
-        self.block_k = W.IntSlider(block_k, min=1, max=32, description="Bc", **slider)
-        self.sq = W.IntSlider(sq, min=1, max=96, description="Sq", **slider)
-        self.sk = W.IntSlider(sk, min=1, max=96, description="Sk", **slider)
-        self.mask_kind = W.Dropdown(options=MASK_KINDS, value=mask_kind, description="mask",
-                                    style={"description_width": "3em"},
-                                    layout=W.Layout(width="14em"))
-        # "window" needs more than the 3em of the short labels, or the HTML shows "win..."
-        self.window = W.IntSlider(window, min=0, max=64, description="window",
-                                  **{**slider, "style": {"description_width": "initial"}})
-        self.step = W.IntSlider(0, min=0, max=0, description="step", continuous_update=True,
-                                layout=W.Layout(width="28em"))
-        self.play = W.Play(0, min=0, max=0, interval=PLAY_INTERVAL_MS, description="play")
-        W.jslink((self.play, "value"), (self.step, "value"))
-        self.prev = W.Button(description="◀ prev", layout=W.Layout(width="6em"))
-        self.next = W.Button(description="next ▶", layout=W.Layout(width="6em"))
-        self.info = W.HTML()
-        self.out = W.Output()
-        self.prev.on_click(lambda _: self._move(-1))
-        self.next.on_click(lambda _: self._move(+1))
-        for control in (self.block_q, self.block_k, self.sq, self.sk, self.mask_kind,
-                        self.window):
-            control.observe(lambda _: self.rebuild(), names="value")
-        self._quiet = False  # True while rebuild() resets the step controls
-        self.step.observe(lambda _: None if self._quiet else self.redraw(), names="value")
-        self.widget = W.VBox([
-            W.HBox([self.block_q, self.block_k, self.sq]),
-            W.HBox([self.sk, self.mask_kind, self.window]),
-            W.HBox([self.play, self.prev, self.next, self.step]),
-            self.info, self.out])
-        self.walk: Walk | None = None
-        self.o_ref: np.ndarray | None = None
-        self.view: WalkView | None = None   # the current walk's: built once per rebuild()
-        self.figure: Figure | None = None
-        self.rebuild()
+    def __init__(self, sq: int = 36, sk: int = 36, block_q: int = 8, block_k: int = 8,
+                 mask_kind: str = "causal", window: int = 8) -> None:
+        super().__init__(sq=sq, sk=sk, block_q=block_q, block_k=block_k, mask_kind=mask_kind,
+                         window=window)
 
-    @property
-    def n_steps(self) -> int:
-        """Number of steps of the current walk (one per tile, skipped tiles included)."""
-        assert self.walk is not None, "rebuild() makes the walk"
-        return len(self.walk.steps)
+    def walk(self, values: dict | None = None) -> Walk:
+        """The :class:`~flashlab.walk.Walk` the explorer shows for ``values`` (default: its own)."""
+        v = {**self.values, **(values or {})}
+        for name, hi in (("block_q", 32), ("block_k", 32), ("sq", 96), ("sk", 96)):
+            as_int(name, v[name], lo=1, hi=hi, what=f"an int in [1, {hi}]")
+        as_int("window", v["window"], lo=0, hi=64, what="an int in [0, 64]")
+        inputs, options = demo_problem(v["sq"], v["sk"], mask_kind=v["mask_kind"],
+                                       window=v["window"])
+        return walk_forward(**inputs, **options, block_q=v["block_q"], block_k=v["block_k"])
 
-    def rebuild(self) -> None:
-        """Re-run the walk for the current controls and go back to step 0."""
-        self.walk, self.o_ref = walk_demo(self.sq.value, self.sk.value, self.block_q.value,
-                                          self.block_k.value, mask_kind=self.mask_kind.value,
-                                          window=self.window.value, seed=self.seed)
-        self.view = None
-        n = self.n_steps
-        computed = len(self.walk.computed)
-        self.info.value = (f"{n} tiles: {computed} computed, {n - computed} skipped "
-                           f"(never loaded or multiplied)")
-        # value first (0 is valid for any max), then max; draw once at the end
-        self._quiet = True
-        self.step.value = self.play.value = 0
-        self.step.max = self.play.max = n - 1
-        self._quiet = False
-        self.redraw()
+    def relevant(self, values: dict) -> dict:
+        """The window matters for the sliding window only."""
+        return {k: v for k, v in values.items()
+                if k != "window" or values["mask_kind"] == "sliding window"}
 
-    def _move(self, delta: int) -> None:
-        self.step.value = int(np.clip(self.step.value + delta, 0, self.step.max))
-
-    def redraw(self) -> None:
-        """Draw the current step and put it, as a PNG, in the ``Output`` widget.
-
-        The figure is built once per walk (a :class:`~flashlab.viz.tiles.WalkView`, on the
-        first redraw after :meth:`rebuild`); a step only updates its artists and encodes the
-        PNG. The PNG is set on the widget's ``outputs`` directly rather than captured with
-        ``with self.out: display(...)``: that works under any matplotlib backend and in
-        kernels driven by a client that does not route captured output (nbval, scripts).
-        """
-        if not self.draw_enabled or self.walk is None or self.o_ref is None:
-            return
-        from flashlab.viz.tiles import WalkView
-
-        index = min(self.step.value, self.n_steps - 1)
-        if self.view is None:
-            self.view = WalkView(self.walk, self.o_ref, dpi=self.dpi)
-        self.view.update(index)
-        self.figure = self.view.fig
-        png = self.view.png()
-        self.out.outputs = ({"output_type": "display_data", "metadata": {},
-                             "data": {"image/png": base64.b64encode(png).decode("ascii"),
-                                      "text/plain": f"<tile {index + 1} of {self.n_steps}>"}},)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+    def state(self, values: dict) -> dict:
+        """The walk as tiles ``[i0, i1, j0, j1, class]`` (class 0 for a skipped tile), the mask
+        of allowed entries (pooled), and one frame per step with its numbers."""
+        walk = self.walk(values)
+        ok = allowed(walk.sq, walk.sk, walk.left, walk.right)
+        if walk.mask is not None:
+            ok &= ~walk.mask
+        rows = ["".join("1" if a else "0" for a in row) for row in ok]
+        tiles, frames = [], []
+        n = len(walk.steps)
+        summed = [0] * walk.n_qb
+        for k, st in enumerate(walk.steps):
+            (i0, i1), (j0, j1) = st.rows, st.cols
+            inside = int(ok[i0:i1, j0:j1].sum())
+            # the class of classify_tiles: a computed tile is full when no entry is masked
+            cls = EMPTY if st.skipped else FULL if inside == (i1 - i0) * (j1 - j0) else PARTIAL
+            tiles.append([i0, i1, j0, j1, cls])
+            where = (f"step {k + 1} of {n}: q-block {st.qb} (rows {i0}-{i1 - 1}) x kv-block "
+                     f"{st.kb} (keys {j0}-{j1 - 1})")
+            if st.skipped:
+                what = f"skipped: {st.reason}"
+            else:
+                summed[st.qb] += inside
+                kind = "full" if cls == FULL else "partial"
+                what = (f"computed ({kind} tile): {inside} of {(i1 - i0) * (j1 - j0)} scores "
+                        f"allowed, {(i1 - i0) * (j1 - j0) - inside} masked")
+            total = int(ok[i0:i1].sum())
+            final = "; its rows are final" if summed[st.qb] == total else ""
+            frames.append({"text": [where, what, f"q-block {st.qb} so far: {summed[st.qb]} of "
+                                                 f"its {total} allowed scores summed into m, l, "
+                                                 f"O~{final}"]})
+        computed = len(walk.computed)
+        mask = values["mask_kind"] + (f" {values['window']}" if values["mask_kind"] ==
+                                      "sliding window" else "")
+        return {"sq": walk.sq, "sk": walk.sk, "mask": self.pooled(rows), "tiles": tiles,
+                "off": [] if values["mask_kind"] == "sliding window" else ["window"],
+                "text": [f"Sq = {walk.sq}, Sk = {walk.sk}, {walk.block_q} x {walk.block_k} tiles, "
+                         f"{mask}: {n} tiles, {computed} computed, {n - computed} skipped "
+                         f"(never loaded or multiplied)"],
+                "frames": frames}

@@ -80,4 +80,9 @@ html = wp.pipeline_animation(frames=3, dpi=40).to_jshtml()
 assert "data:image/png" in html
 wp.pipeline_grid(tiles=[(64, 128)])
 ok("pipeline explorer's static animation and grid")
+from flashlab.widgets import RooflineExplorer  # noqa: E402
+
+html = RooflineExplorer().static_html()          # explorer.js is package data of the wheel
+assert "window.flashlabExplorer" in html and 'class="fx-data"' in html
+ok("static explorer with its renderer (explorer.js)")
 print(f"smoke: {len(checks)} checks passed ({sys.executable}, cwd {os.getcwd()})")
