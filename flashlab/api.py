@@ -20,6 +20,7 @@ from flashlab.kernels import backward as _kbackward
 from flashlab.kernels import decode as _kdecode
 from flashlab.kernels import forward as _kforward
 from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
+from flashlab.kernels.options import NO_MASK, NO_SLOPES, TileOptions, no_operand
 from flashlab.masks import kv_block_range
 from flashlab.numba_cache import thread_safe
 from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
@@ -38,19 +39,14 @@ from flashlab.validation import (
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
            "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for", "Kernels",
+           "tile_options",
            "PARALLEL", "SERIAL",
            "forward_for_backward", "backward_from_forward",
            "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK", "LSE_TOLERANCE"]
 
-# placeholders passed for absent optional operands: the kernels have one signature per dtype
-_NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
-_NO_SLOPES = np.zeros((1, 1), dtype=np.float64)
-#: an absent bias or RoPE operand, per compute dtype: read-only to the kernels, so shared
-#: (allocating them per call was ~1 us each of a small call)
-_NO_OPERAND = {t: np.zeros((1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
 #: the backward's outputs that a problem without RoPE / without ``want_dbias`` has (dq_rope 4-D;
 #: the dK^rope and dbias partials 5-D): never written by the kernel then (each write is under
-#: ``if has_rope`` / ``if want_dbias``), so shared too
+#: ``if has_rope`` / ``if want_dbias``), so shared
 _NO_OUTPUT4 = {t: np.zeros((1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
 _NO_OUTPUT5 = {t: np.zeros((1, 1, 1, 1, 1), dtype=t) for t in (np.float32, np.float64)}
 
@@ -104,13 +100,24 @@ def compute_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
     return np.float64 if dtype == np.float64 else np.float32
 
 
-def _bias_operands(p: Problem, ct) -> tuple:
-    """The kernels' bias/ALiBi/dropout arguments, placeholders where absent."""
-    bias = (_NO_OPERAND[ct] if p.bias is None
-            else contiguous(p.bias.astype(ct, copy=False)))
-    slopes = _NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes
-    return (bias, p.bias is not None, slopes, p.alibi_slopes is not None, p.alibi_offset,
-            p.alibi_sqrt)
+def tile_options(p: Problem, ct, check_overflow: bool, want_dbias: bool = False) -> TileOptions:
+    """The kernels' :class:`~flashlab.kernels.options.TileOptions` for the checked problem
+    ``p`` in the compute dtype ``ct``: built once per call, placeholders where an operand is
+    absent (one record type per compute dtype)."""
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
+        q_rope, k_rope = _as_compute(ct, p.q_rope, p.k_rope)
+    else:
+        q_rope = k_rope = no_operand(ct)
+    bias = no_operand(ct) if p.bias is None else contiguous(p.bias.astype(ct, copy=False))
+    return TileOptions(
+        scale=ct(p.scale), softcap=ct(p.softcap), left=p.left, right=p.right, block_q=p.block_q,
+        block_k=p.block_k, mask=NO_MASK if p.mask is None else p.mask,
+        has_mask=p.mask is not None, bias=bias, has_bias=p.bias is not None,
+        slopes=NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes,
+        has_alibi=p.alibi_slopes is not None, alibi_offset=p.alibi_offset,
+        alibi_sqrt=p.alibi_sqrt, q_rope=q_rope, k_rope=k_rope, has_rope=p.q_rope is not None,
+        drop_threshold=p.drop_threshold, seed=np.uint64(p.seed), offset=p.offset,
+        check_overflow=bool(check_overflow), want_dbias=bool(want_dbias))
 
 
 def _raise_on_overflow(p: Problem, overflow: np.ndarray, ct) -> None:
@@ -171,27 +178,18 @@ def _forward(p: Problem, check_overflow: bool | None
         check_overflow = _check_every_tile(p, ct)
     B, H, _, Sq, _, _, Dv = p.shape
     q, k, v = _as_compute(ct, p.q, p.k, p.v)
-    has_rope = p.q_rope is not None
-    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
-        q_rope, k_rope = _as_compute(ct, p.q_rope, p.k_rope)
-    else:
-        q_rope = k_rope = _NO_OPERAND[ct]
-    mask = _NO_MASK if p.mask is None else p.mask
+    options = tile_options(p, ct, bool(check_overflow))
     o = np.empty((B, H, Sq, Dv), dtype=ct)
     lse = np.empty((B, H, Sq), dtype=ct)
     row_max = np.empty((B, H, Sq), dtype=ct)
     kernels = kernels_for(p)
     if decode:
-        tiles = _decode_forward(p, q, k, v, mask, ct, bool(check_overflow), o, lse, row_max,
-                                kernels)
+        tiles = _decode_forward(p, q, k, v, options, ct, o, lse, row_max, kernels)
         return o, lse, row_max, tiles, p
     n_qb = cdiv(Sq, p.block_q)
     tiles = np.empty(B * H * n_qb, dtype=np.int64)     # every entry written by the kernel
     overflow = np.empty(B * H * n_qb, dtype=np.int64)
-    kernels.forward(q, k, v, q_rope, k_rope, has_rope, mask, p.mask is not None,
-                    *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
-                    p.drop_threshold, np.uint64(p.seed), p.offset, bool(check_overflow), o, lse,
-                    row_max, tiles, overflow)
+    kernels.forward(q, k, v, o, lse, row_max, tiles, overflow, options)
     _raise_on_overflow(p, overflow, ct)
     return o, lse, row_max, tiles, p
 
@@ -215,7 +213,7 @@ def uses_decode(p: Problem) -> bool:
     return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
 
 
-def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse, row_max,
+def _decode_forward(p: Problem, q, k, v, options: TileOptions, ct, o, lse, row_max,
                     kernels: Kernels) -> np.ndarray:
     """The split-KV forward into ``o``, ``lse``, ``row_max``; returns the tiles computed per
     head, (B * H,) int64 (the tiled forward's count: one q-block per head)."""
@@ -228,10 +226,8 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
     part_tiles = np.zeros((B, Hkv, n_split, group), dtype=np.int64)
     overflow = np.zeros((B, Hkv, n_split), dtype=np.int64)
     nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
-    kernels.decode(q, k, v, mask, p.mask is not None, *_bias_operands(p, ct), ct(p.scale),
-                   p.left, p.right, p.block_k, n_split, p.drop_threshold, np.uint64(p.seed),
-                   p.offset, check_overflow, part_m, part_l, part_acc, part_tiles, overflow,
-                   nonfinite)
+    kernels.decode(q, k, v, n_split, part_m, part_l, part_acc, part_tiles, overflow, nonfinite,
+                   options)
     if not p.kv_scanned:
         # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
         # score, one in V a non-finite partial output (P~ = 0 times inf is NaN), and the
@@ -253,7 +249,7 @@ def _decode_forward(p: Problem, q, k, v, mask, ct, check_overflow: bool, o, lse,
 
 def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                     q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
-                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
+                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
                     block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], door=None):
     """Tiled FlashAttention forward (online softmax; nothing of size Sq x Sk is stored).
 
@@ -280,6 +276,9 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         by ``1 / (1 - p)``. Entry (b, h, i, j) is dropped by a hash of ``seed`` and its
         counter ``offset + ((b H + h) Sq + i) Sk + j`` (:mod:`flashlab.dropout`): the same
         ``seed``/``offset`` give the same mask in every run and in the backward
+    softcap : logit soft-capping, flash_attn's (>= 2.6) and Gemma 2's: with ``softcap > 0`` the
+        scaled scores become ``softcap * tanh(s / softcap)`` before the bias, ALiBi and the
+        masks (``0.0``, the default, is off)
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
         512 x 256) were the fastest measured on this machine
@@ -310,9 +309,9 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         ``H % Hr == 0``; NaN or inf in an operand; ``scale`` not finite or not finite in the
         compute dtype; ``window`` not a pair; ``mask``/``bias`` not broadcastable to
         (B, H, Sq, Sk); ``bias`` with NaN or ``+inf``; ``block_q`` or ``block_k`` < 1;
-        ``dropout_p`` outside [0, 1); the scores overflowing the compute dtype (an overflow is
-        never reported as a masked row). Every message names the argument and the expected
-        shape or value.
+        ``dropout_p`` outside [0, 1); ``softcap`` negative or not finite; the scores
+        overflowing the compute dtype (an overflow is never reported as a masked row). Every
+        message names the argument and the expected shape or value.
 
     Notes
     -----
@@ -323,7 +322,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door,
+                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
+                door=door,
                 # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
                 # kernel as it reads them
                 scan_kv=False)
@@ -402,14 +402,11 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o, own_lse=own_lse)
     lse_dtype = lse.dtype           # a float32 lse of a float64 forward: float32's tolerance
     q, k, v, do, o, lse = _as_compute(ct, p.q, p.k, p.v, do, o, lse)
-    has_rope = p.q_rope is not None
-    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
-        q_rope, k_rope = _as_compute(ct, p.q_rope, p.k_rope)
-        Hr, Dr = k_rope.shape[1], p.d_rope
-    else:
-        q_rope = k_rope = _NO_OPERAND[ct]
-        Hr, Dr = 1, 1
-    mask = _NO_MASK if p.mask is None else p.mask
+    bias = p.bias
+    want_dbias = bool(want_dbias) and bias is not None
+    options = tile_options(p, ct, _check_every_tile(p, ct), want_dbias)
+    has_rope = options.has_rope
+    Hr, Dr = (options.k_rope.shape[1], p.d_rope) if has_rope else (1, 1)
     n_qb = cdiv(Sq, p.block_q)
     n_split = q_splits(B, H, n_qb)
 
@@ -428,8 +425,6 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
         dk_rope, dkr_part, dkr_sum = grad_and_partial(Hr, Dr)
     else:
         dk_rope, dkr_part, dkr_sum = None, _NO_OUTPUT5[ct], False
-    bias = p.bias
-    want_dbias = bool(want_dbias) and bias is not None
     if want_dbias and bias is not None:
         # one dS sum per work item where the bias broadcasts over the rows (they share it),
         # else one per (b, h): each row of dbias is then written by its own work item only
@@ -445,11 +440,9 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     lse_sum = np.empty(B * H * n_qb, dtype=np.float64)
     lse_tol = LSE_TOLERANCE[np.dtype(ct) if lse_dtype == np.float64 else np.dtype(np.float32)]
     kernels = kernels_for(p)
-    kernels.backward(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, p.mask is not None,
-                     *_bias_operands(p, ct), ct(p.scale), p.left, p.right, p.block_q, p.block_k,
-                     p.drop_threshold, np.uint64(p.seed), p.offset, _check_every_tile(p, ct),
-                     n_split, dq, dk_part, dv_part, dq_rope, dkr_part, dbias_part, want_dbias,
-                     tiles, overflow, lse_tol, lse_row, lse_sum, DV_SLICE_ROWS)
+    kernels.backward(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
+                     dbias_part, tiles, overflow, lse_tol, lse_row, lse_sum, DV_SLICE_ROWS,
+                     options)
     _raise_on_overflow(p, overflow, ct)
     if lse_row.max() >= 0:
         _raise_on_foreign_lse(p, lse_row, lse_sum, lse_tol, door)
@@ -469,15 +462,15 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
 def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,
                              mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
                              alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0,
-                             offset=0, return_dbias=False, block_q=BACKWARD_BLOCK[0],
-                             block_k=BACKWARD_BLOCK[1], door=None):
+                             offset=0, softcap=0.0, return_dbias=False,
+                             block_q=BACKWARD_BLOCK[0], block_k=BACKWARD_BLOCK[1], door=None):
     """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
 
     Parameters
     ----------
     do : (B, H, Sq, Dv), the gradient of the loss with respect to ``o``; q's dtype
     q, k, v, scale, causal, window, mask, q_rope, k_rope, bias, alibi_slopes, alibi_offset, \
-alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
+alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
         and they must be the ones the forward was called with (dropout: the same seed and
         offset recompute the same mask)
     return_dbias : also return the gradient of ``bias`` (in the shape ``bias`` was given)
@@ -518,14 +511,17 @@ alibi_sqrt, dropout_p, seed, offset : as in :func:`flash_attention`,
 
     Notes
     -----
-    Deterministic: the same bits on every run and for any Numba thread count (see
+    With ``softcap`` the gradient is exact: dS picks up the factor
+    ``1 - tanh^2(s / softcap)`` of each scaled score ``s`` (dbias does not: the bias is added
+    after the cap). Deterministic: the same bits on every run and for any Numba thread count (see
     :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
     the forward. float16 inputs are computed in float32.
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, block_q=block_q, block_k=block_k, door=door)
+                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
+                door=door)
     return_dbias = as_bool("return_dbias", return_dbias)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")

@@ -50,7 +50,9 @@ step (flash_attn draws it from torch's generator, ``flashlab.torch_attention`` d
 same). The padded problem uses ``offset = 0``; varlen sequence ``b`` starts at
 ``offset = sum over earlier sequences of H * sq * sk``, so no two sequences share counters.
 **ALiBi** adds ``-slope_h * |i + Sk - Sq - j|`` to the scores (``alibi_slopes`` ``(H,)`` or
-``(B, H)``). ``softcap != 0`` and ``block_table`` (paged KV) raise ``NotImplementedError``.
+``(B, H)``). **Soft-capping** (``softcap > 0``, flash-attn 2.6+): the scaled scores become
+``softcap * tanh(s / softcap)`` before ALiBi and the masks, forward and backward.
+``block_table`` (paged KV) raises ``NotImplementedError``.
 
 Dtypes: float16/32/64 (flashlab's; flash_attn's CUDA kernels take float16/bfloat16).
 
@@ -61,8 +63,7 @@ batch into sequences. Every check is a rule of :mod:`flashlab.validation` called
 flash_attn's names (:data:`FLASH_ATTN`, :data:`FLASH_ATTN_VARLEN`: ``q`` of shape
 ``(batch_size, seqlen_q, nheads, headdim)``, ``softmax_scale``, ``window_size``,
 ``cu_seqlens_q``, ...), the same rules the kernel API and the CANN operator run; only
-flash_attn-only features it lacks raise here (``softcap != 0``, ``block_table``:
-``NotImplementedError``).
+flash_attn-only feature it lacks raises here (``block_table``: ``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ from flashlab.validation import (
     check_dropout,
     check_like,
     check_lse,
+    check_operand,
     check_pair,
     check_scale,
     check_seed,
@@ -97,7 +99,8 @@ from flashlab.validation import (
 )
 
 __all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
-           "flash_attn_varlen_func", "flash_attn_varlen_func_backward", "band_from_window",
+           "flash_attn_varlen_func", "flash_attn_varlen_func_backward",
+           "flash_attn_qkvpacked_func", "flash_attn_qkvpacked_func_backward", "band_from_window",
            "scalar_options", "forward_state", "backward_from_state", "ForwardState"]
 
 
@@ -159,6 +162,7 @@ class _Options:
     window_size: tuple[int, int]
     alibi_slopes: np.ndarray | None
     seed: int
+    softcap: float = 0.0
 
     def kernel_kwargs(self, sq: int, sk: int, slopes: np.ndarray | None, offset: int) -> dict:
         """Keywords of flashlab's kernels and reference for one ``(sq, sk)`` problem.
@@ -166,7 +170,8 @@ class _Options:
         The one place dropout and ALiBi reach the kernels.
         """
         kw: dict[str, Any] = {"scale": self.scale,
-                              "window": band_from_window(sq, sk, self.causal, self.window_size)}
+                              "window": band_from_window(sq, sk, self.causal, self.window_size),
+                              "softcap": self.softcap}
         if self.dropout_p > 0:
             kw.update(dropout_p=self.dropout_p, seed=self.seed, offset=offset)
         if slopes is not None:
@@ -177,12 +182,14 @@ class _Options:
 
 
 def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deterministic, *,
-                   remember: bool = False) -> tuple[float, float | None, bool, tuple[int, int]]:
-    """flash_attn's scalar options checked: ``(dropout_p, softmax_scale, causal, window_size)``.
+                   remember: bool = False
+                   ) -> tuple[float, float | None, bool, tuple[int, int], float]:
+    """flash_attn's scalar options checked:
+    ``(dropout_p, softmax_scale, causal, window_size, softcap)``.
 
     The rules of :mod:`flashlab.arguments` with flash_attn's argument names (the torch front
     door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
-    and not in the op schema's). ``NotImplementedError`` for ``softcap != 0``.
+    and not in the op schema's). ``softcap``: a real number >= 0, 0.0 = off.
 
     ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
     by ``_scalars_key`` and not checked again (a training loop passes the same ones every
@@ -201,10 +208,8 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     window_size = check_pair("window_size", window_size, "ints >= -1")
     window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
                         for side, w in zip(("left", "right"), window_size))
-    softcap = as_real("softcap", softcap, what="a real number (0.0 = off)")
-    if softcap != 0:
-        raise NotImplementedError(f"softcap must be 0.0 (tanh soft-capping is not in flashlab); got {softcap}")
-    checked = dropout_p, softmax_scale, causal, window_size
+    softcap = as_real("softcap", softcap, lo=0.0, what="a real number >= 0 (0.0 = off)")
+    checked = dropout_p, softmax_scale, causal, window_size, softcap
     if key is not None:
         if len(_SCALARS) >= _PLANS_MAX:
             _SCALARS.clear()
@@ -213,19 +218,20 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
 
 
 #: :func:`scalar_options`' accepted answers by ``_scalars_key``, bounded as :data:`_PLANS`
-_SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int]]] = {}
+_SCALARS: dict[tuple, tuple[float, float | None, bool, tuple[int, int], float]] = {}
 
 
 def _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
              seed, batch: int, heads: int) -> _Options:
-    dropout_p, softmax_scale, causal, window_size = scalar_options(
+    dropout_p, softmax_scale, causal, window_size, softcap = scalar_options(
         dropout_p, softmax_scale, causal, window_size, softcap, deterministic)
     seed = check_seed("seed", seed)
     if alibi_slopes is not None:
         # validation's rule, on the whole array before a varlen call cuts it into sequences
         check_alibi_slopes(alibi_slopes, batch, heads)
     return _Options(float(dropout_p), None if softmax_scale is None else float(softmax_scale),
-                    bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed))
+                    bool(causal), (int(window_size[0]), int(window_size[1])), alibi_slopes, int(seed),
+                    float(softcap))
 
 
 def _slopes_of(opts: _Options, b: slice) -> np.ndarray | None:
@@ -270,7 +276,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softmax_scale : multiplies ``q k^T``; default ``1 / sqrt(headdim)``
     causal : bottom-right aligned causal mask (module docstring)
     window_size : ``(left, right)``, ints >= -1, -1 = unbounded, bottom-right aligned
-    softcap : must be 0.0
+    softcap : logit soft-cap, ``softcap * tanh(s / softcap)`` of the scaled scores; 0.0 = off
     alibi_slopes : (nheads,) or (batch_size, nheads), bias ``-slope * |i + Sk - Sq - j|``
     deterministic : accepted; flashlab's backward is always deterministic
     return_attn_probs : also return ``softmax_lse`` and ``attn_probs`` (module docstring)
@@ -286,9 +292,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Raises
     ------
     TypeError, ValueError
-        a wrong type/dtype or shape/value; the message names the argument and what it expects.
-    NotImplementedError
-        ``softcap != 0``.
+        a wrong type/dtype or shape/value (``softcap`` negative); the message names the
+        argument and what it expects.
     """
     out, lse, p, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
                                         softcap, alibi_slopes, deterministic, seed)
@@ -443,6 +448,50 @@ def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, sof
     grads = flash_attention_backward(_bhsd(dout), qh, kh, vh, _bhsd(out), softmax_lse, door=FLASH_ATTN,
                                      **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
     return tuple(_bshd(g) for g in grads)
+
+
+#: flash_attn's packed operand: q, k and v stacked along axis 2
+_QKV_SHAPE = "(batch_size, seqlen, 3, nheads, headdim)"
+
+
+def _unpack_qkv(qkv) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``qkv`` (batch_size, seqlen, 3, nheads, headdim) checked and cut into q, k, v (views)."""
+    qkv = check_operand("qkv", qkv, 5, _QKV_SHAPE)
+    if qkv.shape[2] != 3:
+        raise ValueError(f"qkv must have shape {_QKV_SHAPE} (q, k, v along axis 2); "
+                         f"got shape {qkv.shape}")
+    return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False, *, return_lse=False,
+                              seed=0):
+    """flash_attn's ``flash_attn_qkvpacked_func``: :func:`flash_attn_func` of ``qkv[:, :, 0]``,
+    ``qkv[:, :, 1]``, ``qkv[:, :, 2]``.
+
+    ``qkv`` (batch_size, seqlen, 3, nheads, headdim), float16/32/64 (self-attention: q, k
+    and v share the length and the heads); every other argument, the returns and the errors as
+    :func:`flash_attn_func` (``qkv`` not 5-D or its axis 2 not 3: ``ValueError``).
+    """
+    q, k, v = _unpack_qkv(qkv)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, return_lse=return_lse,
+                           seed=seed)
+
+
+def flash_attn_qkvpacked_func_backward(dout, qkv, out, softmax_lse, dropout_p=0.0,
+                                       softmax_scale=None, causal=False, window_size=(-1, -1),
+                                       softcap=0.0, alibi_slopes=None, deterministic=False, *,
+                                       seed=0) -> np.ndarray:
+    """Gradient of ``sum(out * dout)`` for :func:`flash_attn_qkvpacked_func`: ``dqkv`` with
+    ``qkv``'s shape and dtype (dq, dk, dv stacked along axis 2); arguments as
+    :func:`flash_attn_func_backward`."""
+    q, k, v = _unpack_qkv(qkv)
+    grads = flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale,
+                                     causal, window_size, softcap, alibi_slopes, deterministic,
+                                     seed=seed)
+    return np.stack(grads, axis=2)
 
 
 # ------------------------------------------------------------------------------ varlen

@@ -1,7 +1,7 @@
 r"""Plain attention in NumPy: the float64 truth every kernel is tested against.
 
 $$
-S = \text{scale}\,(Q K^\top + Q^{rope} {K^{rope}}^\top),\qquad
+S = \text{scale}\,(Q K^\top + Q^{rope} {K^{rope}}^\top)\ \big[\to c \tanh(S / c)\big],\qquad
 P = \operatorname{softmax}_{\text{row}}(S \text{ with masked entries} = -\infty),\qquad
 O = P V,\qquad \mathrm{LSE} = \log \textstyle\sum_j e^{S_{ij}}
 $$
@@ -14,6 +14,9 @@ dV = P^\top dO,\quad dP = dO\,V^\top,\quad D = \operatorname{rowsum}(dO \circ O)
 dS = P \circ (dP - D),\quad dQ = \text{scale}\, dS\, K,\quad dK = \text{scale}\, dS^\top Q .
 $$
 
+With a logit soft-cap $c$ (``softcap > 0``, flash_attn's and Gemma 2's) the scaled scores
+become $c \tanh(S / c)$ before the bias and the mask, and $dS$ is multiplied by
+$1 - \tanh^2(S / c)$ on its way to $dQ$ and $dK$ (not to the bias's gradient).
 With GQA (``H > Hkv``) the heads that share a kv head add their ``dK``, ``dV``. An additive
 ``bias`` (and the generated ALiBi bias) enters $S$ after scaling, so its gradient is $dS$.
 With dropout, $O = (Z \circ P / k) V$ with the keep mask $Z$ of :mod:`flashlab.dropout` and
@@ -77,6 +80,18 @@ def _add_bias(s: np.ndarray, p: Problem, dtype) -> None:
         s -= (p.alibi_slopes[:, :, None, None] * dist).astype(dtype)
 
 
+def _scaled_scores(p: Problem, dtype) -> np.ndarray:
+    """S = scale (Q K^T [+ Q_rope K_rope^T]), (B, H, Sq, Sk) in ``dtype``."""
+    H = p.shape[1]
+    q, k = (x.astype(dtype, copy=False) for x in (p.q, p.k))
+    # S = scale (Q K^T [+ Q_rope K_rope^T])
+    s = q @ _expand_heads(k, H).swapaxes(-1, -2)
+    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
+        s += p.q_rope.astype(dtype) @ _expand_heads(p.k_rope.astype(dtype), H).swapaxes(-1, -2)
+    s *= dtype(p.scale)
+    return s
+
+
 def _forward(p: Problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(o, lse, probs) computed in ``dtype``; probs (B, H, Sq, Sk), before dropout.
 
@@ -84,12 +99,14 @@ def _forward(p: Problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     holds one (B, H, Sq, Sk) matrix at a time, as a careful naive implementation would.
     """
     B, H, _, Sq, Sk, _, _ = p.shape
-    q, k, v = (x.astype(dtype, copy=False) for x in (p.q, p.k, p.v))
-    # S = scale (Q K^T [+ Q_rope K_rope^T])
-    s = q @ _expand_heads(k, H).swapaxes(-1, -2)
-    if p.q_rope is not None and p.k_rope is not None:   # given together (validation)
-        s += p.q_rope.astype(dtype) @ _expand_heads(p.k_rope.astype(dtype), H).swapaxes(-1, -2)
-    s *= dtype(p.scale)
+    v = p.v.astype(dtype, copy=False)
+    s = _scaled_scores(p, dtype)
+    if p.softcap > 0:
+        # S = softcap tanh(S / softcap)   (logit soft-capping, after scaling, before the bias)
+        c = dtype(p.softcap)
+        s /= c
+        np.tanh(s, out=s)
+        s *= c
     # S += bias (after scaling)
     _add_bias(s, p, dtype)
     if p.mask is not None or p.left < Sq or p.right < Sk:
@@ -112,7 +129,7 @@ def _forward(p: Problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def attention_reference(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                         q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
                         alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
-                        block_q=None, block_k=None, return_probs=False):
+                        softcap=0.0, block_q=None, block_k=None, return_probs=False):
     """Float64 attention, the truth. Same arguments and meaning as :func:`flashlab.flash_attention`.
 
     ``block_q``/``block_k`` are accepted so that one set of options can be passed to both, and
@@ -125,7 +142,7 @@ def attention_reference(q, k, v, *, scale=None, causal=False, window=None, mask=
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset)
+                seed=seed, offset=offset, softcap=softcap)
     o, lse, probs = _forward(p, np.float64)
     return (o, lse, probs) if return_probs else (o, lse)
 
@@ -147,8 +164,8 @@ def attention_naive(q, k, v, *, block_q=None, block_k=None, **options):
 def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, window=None,
                                  mask=None, q_rope=None, k_rope=None, bias=None,
                                  alibi_slopes=None, alibi_offset=None, alibi_sqrt=False,
-                                 dropout_p=0.0, seed=0, offset=0, return_dbias=False,
-                                 block_q=None, block_k=None):
+                                 dropout_p=0.0, seed=0, offset=0, softcap=0.0,
+                                 return_dbias=False, block_q=None, block_k=None):
     """Analytic float64 gradients of ``sum(o * do)``.
 
     do (B, H, Sq, Dv). Returns ``(dq, dk, dv)``, or ``(dq, dk, dv, dq_rope, dk_rope)`` when
@@ -158,7 +175,7 @@ def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, windo
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset)
+                seed=seed, offset=offset, softcap=softcap)
     if return_dbias and bias is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
     B, H, Hkv = p.shape[:3]
@@ -181,6 +198,10 @@ def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, windo
     ds = probs * (dp - d)
     ds[_allowed_count(p) == 1] = 0.0
     dbias = ds
+    if p.softcap > 0:
+        # through the soft-cap: d(c tanh(s / c))/ds = 1 - tanh^2(s / c)
+        t = np.tanh(_scaled_scores(p, np.float64) / p.softcap)
+        ds = ds * (1.0 - t * t)
     # times scale for the chain rule through S = scale (Q K^T)
     ds = ds * p.scale
     # dQ = dS K ; dK = dS^T Q

@@ -40,7 +40,7 @@ land in the first training step; that step then only loads its kernels from Numb
 
 **Not supported**, each with a ``NotImplementedError`` that says so: double backward
 (``create_graph=True`` then differentiating the gradients), ``torch.vmap`` / ``torch.func``
-batching rules, ``softcap != 0``.
+batching rules.
 
 **Dropout**: each forward with ``dropout_p > 0`` draws a seed from torch's default generator
 inside the op (so ``torch.manual_seed`` makes a run reproducible, compiled or not) and
@@ -116,13 +116,13 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
 
 # ------------------------------------------------------------------------------ the two computations
 def _forward_impl(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
-                  alibi_slopes, return_probs):
+                  softcap, alibi_slopes, return_probs):
     """``(out, softmax_lse, seed, attn_probs)``: out (B, Sq, H, Dv) in q's dtype, softmax_lse
     (B, H, Sq) float32 (float64 for float64 q), seed () int64 (0 without dropout), attn_probs
     (B, H, Sq, Sk) in q's dtype with ``return_probs``, else (0,). The body of the forward op."""
     out, lse, seed, probs, _ = _forward_state(q, k, v, dropout_p, softmax_scale, causal,
-                                              window_left, window_right, alibi_slopes,
-                                              return_probs)
+                                              window_left, window_right, softcap,
+                                              alibi_slopes, return_probs)
     return out, _tensor(lse), torch.full((), seed, dtype=torch.int64), _probs_or_empty(q, probs)
 
 
@@ -132,7 +132,7 @@ def _probs_or_empty(q: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor
 
 
 def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
-                   alibi_slopes, return_probs):
+                   softcap, alibi_slopes, return_probs):
     """``(out, softmax_lse, seed, attn_probs, state)``: :func:`_forward_impl`'s outputs with
     softmax_lse as a numpy array, the seed as an int, and the forward's state
     (:func:`flashlab.compat.forward_state`; None with ``return_probs``), which the eager
@@ -141,7 +141,7 @@ def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, windo
     slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
     seed = _draw_seed() if dropout_p > 0 else 0
     args = (_numpy("q", q), _numpy("k", k), _numpy("v", v), dropout_p, softmax_scale, causal,
-            (window_left, window_right), 0.0, slopes, False)
+            (window_left, window_right), softcap, slopes, False)
     if return_probs:
         out, lse, probs = compat.flash_attn_func(*args, True, seed=seed)
         state = None
@@ -153,7 +153,7 @@ def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, windo
 
 
 def _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
-                   window_left, window_right, alibi_slopes):
+                   window_left, window_right, softcap, alibi_slopes):
     """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v: the body of the backward op and
     of the eager path's backward."""
     slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
@@ -163,7 +163,7 @@ def _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, caus
     grads = compat.flash_attn_func_backward(
         _numpy("dout", dout), _numpy("q", q), _numpy("k", k), _numpy("v", v), _numpy("out", out),
         _numpy("softmax_lse", lse), dropout_p, softmax_scale, causal, (window_left, window_right),
-        0.0, slopes, False, seed=int(seed))
+        softcap, slopes, False, seed=int(seed))
     return tuple(_tensor(g) for g in grads)
 
 
@@ -171,16 +171,16 @@ def _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, caus
 @torch.library.custom_op("flashlab::flash_attn_forward", mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                 softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-                alibi_slopes: Optional[torch.Tensor], return_probs: bool
+                softcap: float, alibi_slopes: Optional[torch.Tensor], return_probs: bool
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(out, softmax_lse, seed, attn_probs)`` (:func:`_forward_impl`)."""
     return _forward_impl(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
-                         alibi_slopes, return_probs)
+                         softcap, alibi_slopes, return_probs)
 
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
-                  alibi_slopes, return_probs):
+                  softcap, alibi_slopes, return_probs):
     B, Sq, H, _ = q.shape
     Sk, Dv = k.shape[1], v.shape[3]
     out = q.new_empty((B, Sq, H, Dv))
@@ -193,16 +193,16 @@ def _forward_fake(q, k, v, dropout_p, softmax_scale, causal, window_left, window
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  out: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor, dropout_p: float,
                  softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-                 alibi_slopes: Optional[torch.Tensor]
+                 softcap: float, alibi_slopes: Optional[torch.Tensor]
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` with the shapes and dtypes of q, k, v (:func:`_backward_impl`)."""
     return _backward_impl(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
-                          window_left, window_right, alibi_slopes)
+                          window_left, window_right, softcap, alibi_slopes)
 
 
 @_backward_op.register_fake
 def _backward_fake(dout, q, k, v, out, lse, seed, dropout_p, softmax_scale, causal,
-                   window_left, window_right, alibi_slopes):
+                   window_left, window_right, softcap, alibi_slopes):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -213,10 +213,10 @@ def _draw_seed() -> int:
 
 # ------------------------------------------------------------------------------ autograd
 def _setup_context(ctx, inputs, output):
-    q, k, v, dropout_p, scale, causal, wl, wr, alibi_slopes, _ = inputs
+    q, k, v, dropout_p, scale, causal, wl, wr, softcap, alibi_slopes, _ = inputs
     out, lse, seed, _ = output
     ctx.save_for_backward(q, k, v, out, lse, seed)
-    ctx.options = (dropout_p, scale, causal, wl, wr)
+    ctx.options = (dropout_p, scale, causal, wl, wr, softcap)
     ctx.alibi_slopes = alibi_slopes
     ctx.mark_non_differentiable(lse, seed, output[3])
 
@@ -225,7 +225,7 @@ def _backward(ctx, dout, *_):
     q, k, v, out, lse, seed = ctx.saved_tensors
     dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options, ctx.alibi_slopes)
     # one gradient per forward input: q, k, v, then None for the options and alibi_slopes
-    return (dq, dk, dv) + (None,) * 7
+    return (dq, dk, dv) + (None,) * 8
 
 
 torch.library.register_autograd("flashlab::flash_attn_forward", _backward,
@@ -281,10 +281,10 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_left, window_right,
-                alibi_slopes, return_probs, need_lse):
+                softcap, alibi_slopes, return_probs, need_lse):
         out, lse, ctx.seed, probs, ctx.state = _forward_state(
-            q, k, v, dropout_p, softmax_scale, causal, window_left, window_right, alibi_slopes,
-            return_probs)
+            q, k, v, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+            alibi_slopes, return_probs)
         if ctx.state is not None and not need_lse:
             # an LSE the caller never sees cannot be changed in place: the state keeps the
             # array (saving it as a tensor costs a conversion each way, ~4 us of a small step)
@@ -292,7 +292,7 @@ class _EagerAttention(torch.autograd.Function):
         else:
             lse = _tensor(lse)
             ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (dropout_p, softmax_scale, causal, window_left, window_right)
+        ctx.options = (dropout_p, softmax_scale, causal, window_left, window_right, softcap)
         ctx.alibi_slopes = alibi_slopes
         if not need_lse:
             return out
@@ -320,11 +320,12 @@ class _EagerAttention(torch.autograd.Function):
                 dq, dk, dv = _backward_op(dout, q, k, v, out, lse, seed, *ctx.options,
                                           ctx.alibi_slopes)
             else:
-                dropout_p, softmax_scale, causal, window_left, window_right = ctx.options
+                dropout_p, softmax_scale, causal, window_left, window_right, softcap = ctx.options
                 dq, dk, dv = _backward_impl(dout, q, k, v, out, lse, ctx.seed, dropout_p, softmax_scale,
-                                            causal, window_left, window_right, ctx.alibi_slopes)
+                                            causal, window_left, window_right, softcap,
+                                            ctx.alibi_slopes)
         # one gradient per forward input: q, k, v, then None for the options and flags
-        return (dq, dk, dv) + (None,) * 8
+        return (dq, dk, dv) + (None,) * 9
 
 
 # ------------------------------------------------------------------------------ the front door
@@ -336,7 +337,7 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     # schema would refuse a str with torch's own words); under torch.compile Dynamo runs this
     # as Python on constants while it traces (then nothing is remembered between calls)
     compiling = torch.compiler.is_compiling()
-    dropout_p, softmax_scale, causal, (wl, wr) = compat.scalar_options(
+    dropout_p, softmax_scale, causal, (wl, wr), softcap = compat.scalar_options(
         dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
         remember=not compiling)
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -348,7 +349,7 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     # same computation without the op's dispatch (:class:`_EagerAttention`)
     if compiling:
         out, lse, _, probs = _forward_op(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
-                                         alibi_slopes, bool(return_probs))
+                                         softcap, alibi_slopes, bool(return_probs))
         return out, lse, probs
     if torch._C._are_functorch_transforms_active():
         # torch.func.grad/vmap/jacrev wrap the tensors: the op reads them as numpy, which a
@@ -358,7 +359,7 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
             "attention: its ops read the tensors' memory through numpy. Use torch.autograd "
             "(loss.backward() / torch.autograd.grad) and batch along the batch dimension.")
     need_lse = bool(need_lse or return_probs)
-    result = _EagerAttention.apply(q, k, v, dropout_p, softmax_scale, causal, wl, wr,
+    result = _EagerAttention.apply(q, k, v, dropout_p, softmax_scale, causal, wl, wr, softcap,
                                    alibi_slopes, bool(return_probs), need_lse)
     return result if need_lse else (result, None, None)
 
@@ -371,13 +372,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     v (batch, seqlen_k, nheads_k, headdim_v); float16, bfloat16, float32 or float64. Returns
     ``out`` (batch, seqlen_q, nheads, headdim_v) in q's dtype, or with ``return_attn_probs``
     ``(out, softmax_lse, attn_probs)`` as :func:`flashlab.compat.flash_attn_func` defines
-    them (only ``out`` is differentiable). ``softcap`` must be 0.0; ``deterministic`` is
+    them (only ``out`` is differentiable). ``softcap`` > 0 soft-caps the scaled scores,
+    ``softcap * tanh(s / softcap)`` (flash_attn's, forward and backward); ``deterministic`` is
     accepted (flashlab's backward is always deterministic).
 
     Raises the same ``TypeError``/``ValueError`` as :func:`flashlab.compat.flash_attn_func`
     for the same bad argument (checked by :func:`flashlab.validation.prepare`), plus
     ``TypeError`` for a q, k, v or alibi_slopes that is not a tensor and ``ValueError`` for
-    one not on the CPU; ``NotImplementedError`` for ``softcap != 0``, double backward and vmap.
+    one not on the CPU; ``NotImplementedError`` for double backward and vmap.
     """
     out, lse, probs = _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                                  alibi_slopes, deterministic, return_attn_probs, return_attn_probs)

@@ -32,7 +32,7 @@ from flashlab.tiling import FORWARD_BLOCK
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
-           "check_rope_pair", "check_rope", "check_like", "check_lse", "check_scale",
+           "check_rope_pair", "check_rope", "check_like", "check_lse", "check_scale", "check_softcap",
            "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
@@ -79,6 +79,8 @@ class Problem:
     dropout_p: float = 0.0
     seed: int = 0
     offset: int = 0
+    #: logit soft-cap, 0 = off: scores ``softcap tanh(s / softcap)`` after scaling, before bias
+    softcap: float = 0.0
     #: ``max_i |x_i|^2`` (float64) of q, k, q_rope, k_rope from :func:`prepare`'s finiteness
     #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k with ``scan_kv=False``)
     q_sq_norm: float | None = field(default=None, repr=False, compare=False)
@@ -250,8 +252,9 @@ def _window(window) -> tuple | None:
 
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
-            alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, block_q=FORWARD_BLOCK[0],
-            block_k=FORWARD_BLOCK[1], scan_kv: bool = True, door: Door | None = None) -> Problem:
+            alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
+            block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], scan_kv: bool = True,
+            door: Door | None = None) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
     Arguments and defaults as :func:`flashlab.flash_attention` (tiles
@@ -281,6 +284,8 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     if q.dtype != np.float64 and abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"{door.name('scale')}={scale} overflows float32, the compute dtype of {q.dtype} inputs "
                          f"(|scale| must be < 3.4e38); pass float64 inputs or a smaller scale")
+
+    softcap = check_softcap(door.name("softcap"), softcap)
 
     causal = as_bool("causal", causal)
     # sides beyond the lengths are clamped to them (the same band, no int64 overflow)
@@ -333,7 +338,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
                    0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
-                   seed, offset, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
+                   seed, offset, softcap, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
                    q_rope_sq_norm=norms.get("q_rope"), k_rope_sq_norm=norms.get("k_rope"),
                    kv_scanned=bool(scan_kv))
 
@@ -603,6 +608,15 @@ def check_scale(name: str, scale, *, optional: bool = True) -> float | None:
     if scale is None and optional:
         return None
     return as_real(name, scale, what="a real number or None" if optional else "a real number")
+
+
+def check_softcap(name: str, softcap) -> float:
+    """The logit soft-cap: a real number >= 0 (0 = off) that float32, the narrowest compute
+    dtype, holds (a cap beyond 3.4e38 caps nothing)."""
+    softcap = as_real(name, softcap, lo=0.0, what="a real number >= 0 (0.0 = off)")
+    if softcap > float(np.finfo(np.float32).max):
+        raise ValueError(f"{name}={softcap} overflows float32 (it must be < 3.4e38; 0.0 = off)")
+    return softcap
 
 
 def check_dropout(name: str, x, *, keep: bool = False) -> float:

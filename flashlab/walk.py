@@ -3,8 +3,9 @@ r"""The forward kernel, one tile at a time: a recording of every state the onlin
 :func:`walk_forward` runs the algorithm of :func:`flashlab.kernels.forward.flash_forward_kernel`
 for one ``(batch, head)``, sequentially, from Python. It contains **no arithmetic of its own**:
 each step calls the kernel's own ``@njit`` helpers (``kv_block_range``, ``tile_class``,
-``tile_fully_masked``, ``score_tile``, ``mask_tile``, ``online_softmax_update``,
-``finalize_rows``) in the kernel's order, on buffers of the kernel's dtype, and copies what
+``tile_fully_masked``, the scores stage ``tile_scores``, ``online_softmax_update``,
+``finalize_rows``) in the kernel's order, with the kernel's options record
+(:func:`flashlab.api.tile_options`), on buffers of the kernel's dtype, and copies what
 they leave behind. So the final ``o`` and ``lse`` equal :func:`flashlab.flash_attention`'s
 (``tests/test_walk.py`` checks it), and a drawing of the walk is a drawing of the kernel.
 
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashlab.api import compute_dtype
+from flashlab.api import compute_dtype, tile_options
 from flashlab.arguments import as_int
-from flashlab.kernels.tile import finalize_rows, mask_tile, online_softmax_update, score_tile
+from flashlab.kernels.tile import finalize_rows, head_operands, online_softmax_update, tile_scores
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class, tile_fully_masked
 from flashlab.tiling import FORWARD_BLOCK, cdiv
 from flashlab.validation import prepare
@@ -48,7 +49,8 @@ class TileStep:
     - ``tile_class``: EMPTY for a skipped tile, else the band's class (PARTIAL or FULL) from
       :func:`flashlab.masks.tile_class`;
     - ``masked``: whether ``mask_tile`` ran on this tile (band PARTIAL, or a dense mask given);
-    - ``s``: (r, c) scores after masking (masked = -inf), before the softmax; None when skipped;
+    - ``s``: (r, c) scores after soft-capping and masking (masked = -inf), before the softmax;
+      None when skipped;
     - ``p``: (r, c) $\tilde P = e^{S - m'}$; None when skipped;
     - ``m_prev``, ``m``, ``l``: (r,) running max before / after the tile, running denominator after;
     - ``acc``: (r, Dv) unnormalised output $\tilde O$ after the tile;
@@ -116,8 +118,8 @@ class Walk:
 
 
 def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                 q_rope=None, k_rope=None, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
-                 b: int = 0, h: int = 0) -> Walk:
+                 q_rope=None, k_rope=None, softcap=0.0, block_q=FORWARD_BLOCK[0],
+                 block_k=FORWARD_BLOCK[1], b: int = 0, h: int = 0) -> Walk:
     """Run the tiled forward for query head ``h`` of batch ``b`` one tile at a time; record it.
 
     Arguments and defaults as :func:`flashlab.flash_attention` (same shapes, same validation
@@ -128,7 +130,7 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     several tiles on a small problem, pass small ``block_q``/``block_k`` explicitly.
     """
     p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
-                q_rope=q_rope, k_rope=k_rope, block_q=block_q, block_k=block_k)
+                q_rope=q_rope, k_rope=k_rope, softcap=softcap, block_q=block_q, block_k=block_k)
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
     b = as_int("b", b, lo=0, hi=B - 1, what=f"an int in [0, {B})")
     h = as_int("h", h, lo=0, hi=H - 1, what=f"an int in [0, {H})")
@@ -144,9 +146,10 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     if p.q_rope is not None and p.k_rope is not None:
         qrh = p.q_rope[b, h].astype(ct, copy=False)
         krh = p.k_rope[b, h // (H // p.k_rope.shape[1])].astype(ct, copy=False)
-    has_mask = p.mask is not None
-    mask2d = (p.mask[b if p.mask.shape[0] > 1 else 0, h if p.mask.shape[1] > 1 else 0]
-              if p.mask is not None else np.zeros((1, 1), dtype=np.bool_))
+    options = tile_options(p, ct, check_overflow=False)
+    has_mask = options.has_mask
+    # this head's 2-D mask (and bias, slope), as the kernel takes them
+    mask2d, bias2d, slope = head_operands(options, b, h)
     left, right, bq, bk = p.left, p.right, p.block_q, p.block_k
     n_qb, n_kb = cdiv(Sq, bq), cdiv(Sk, bk)
 
@@ -183,10 +186,10 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                 continue
             s = np.empty((rows, j1 - j0), dtype=ct)
             kr = krh[j0:j1] if has_rope else no_rope
-            score_tile(qs, kh[j0:j1], qrs, kr, has_rope, s)
+            # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap), masked -inf
+            tile_scores(s, qs, kh[j0:j1], qrs, kr, i0, j0, cls != FULL, mask2d, bias2d, slope,
+                        s, False, options)
             masked = bool(cls != FULL or has_mask)
-            if masked:
-                mask_tile(s, i0, j0, left, right, cls != FULL, mask2d, has_mask)
             s_before = s.copy()
             # overwrites s with P~ and updates m, l, acc in place
             online_softmax_update(s, vh[j0:j1], m, l, acc)

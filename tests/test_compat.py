@@ -387,7 +387,7 @@ def _bad_cases():
         "causal": (lambda: f(q, k, v, causal=1), TypeError, "causal must be a bool"),
         "dropout": (lambda: f(q, k, v, dropout_p=1.0), ValueError, r"dropout_p must lie in \[0.0, 1.0\); got 1.0"),
         "scale": (lambda: f(q, k, v, softmax_scale="x"), TypeError, "softmax_scale"),
-        "softcap": (lambda: f(q, k, v, softcap=30.0), NotImplementedError, "softcap"),
+        "softcap": (lambda: f(q, k, v, softcap=-30.0), ValueError, r"softcap must be >= 0.0; got -30.0"),
         "dout-shape": (lambda: flash_attn_func_backward(q[:, :4], q, k, v, q, np.zeros((2, 4, 5))),
                        ValueError, r"dout must have shape \(batch_size, seqlen_q, nheads, headdim_v\)"),
         "cu-float": (lambda: fv(qv, kv, vv, cu.astype(float), cu, 5, 5), TypeError, "cu_seqlens_q must be"),

@@ -102,9 +102,9 @@ def test_torch_door_names_softmax_lse():
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 20, 2, 8, generator=g) for _ in range(3))
-    out, lse, seed, _ = torch_attention._forward_op(q, k, v, 0.0, None, True, -1, -1, None, False)
+    out, lse, seed, _ = torch_attention._forward_op(q, k, v, 0.0, None, True, -1, -1, 0.0, None, False)
     dout = torch.randn_like(out)
-    args = (0.0, None, True, -1, -1, None)
+    args = (0.0, None, True, -1, -1, 0.0, None)
     torch_attention._backward_op(dout, q, k, v, out, lse, seed, *args)
     with pytest.raises(ValueError, match=r"^softmax_lse is not the forward's.*row \(b=0, h=1, i=3\)"):
         bad = lse.clone()

@@ -88,7 +88,8 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
 #: column lists the modules of ``flashlab.pipeline`` one by one, so its floors are read from there.
 PACKAGES: dict[str, list[tuple[str, ...]]] = {
     "flashlab.data": [("__init__",)],
-    "flashlab.kernels": [("intrinsics", "blas"), ("tile",), ("forward", "backward", "decode"), ("__init__",)],
+    "flashlab.kernels": [("intrinsics", "blas", "options", "rowstep"), ("tile",), ("forward", "backward", "decode"),
+                         ("__init__",)],
     "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("inspect",),
                      ("attention",), ("__init__", "bench")],
     "flashlab.cann": [("attributes", "sparse_modes"), ("layouts",), ("varlen",), ("plan",), ("pse",),

@@ -194,7 +194,7 @@ def test_torch_eager_path_gives_the_op_path_bits():
                                   ((1, 129, 2, 16), True, 0.0)]:
         q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
         results = []
-        args = (q, k, v, p_drop, None, causal, -1, 0 if causal else -1, None, False)
+        args = (q, k, v, p_drop, None, causal, -1, 0 if causal else -1, 0.0, None, False)
         for attention in (lambda *a: ta._EagerAttention.apply(*a, False),
                           lambda *a: ta._EagerAttention.apply(*a, True)[0],
                           lambda *a: ta._forward_op(*a)[0]):
@@ -296,13 +296,13 @@ def test_scalar_options_remembers_only_accepted_options(monkeypatch):
     monkeypatch.setattr(compat, "_SCALARS", {})
     args = (0.0, None, True, (-1, 0), 0.0, False)
     first = compat.scalar_options(*args, remember=True)
-    assert first == (0.0, None, True, (-1, 0)) and len(compat._SCALARS) == 1
+    assert first == (0.0, None, True, (-1, 0), 0.0) and len(compat._SCALARS) == 1
     assert compat.scalar_options(*args, remember=True) is first
     assert compat.scalar_options(*args) == first and len(compat._SCALARS) == 1
     for bad, error in [((0.0, None, 1.5, (-1, 0), 0.0, False), TypeError),
                        (("0.1", None, True, (-1, 0), 0.0, False), TypeError),
                        ((0.0, None, True, (-1, 0, 1), 0.0, False), ValueError),
-                       ((0.0, None, True, (-1, 0), 0.5, False), NotImplementedError)]:
+                       ((0.0, None, True, (-1, 0), -0.5, False), ValueError)]:
         for _ in range(2):
             with pytest.raises(error):
                 compat.scalar_options(*bad, remember=True)

@@ -104,8 +104,8 @@ def test_bad_tensors_raise():
         flash_attn_func(q, k, v, dropout_p="0.1")
     with pytest.raises(TypeError, match="k must be a torch.Tensor"):
         flash_attn_func(q, k.detach().numpy(), v)
-    with pytest.raises(NotImplementedError, match="softcap"):
-        flash_attn_func(q, k, v, softcap=5.0)
+    with pytest.raises(ValueError, match=r"softcap must be >= 0.0; got -5.0"):
+        flash_attn_func(q, k, v, softcap=-5.0)
 
 
 def test_dropout_seed_is_drawn_per_forward_and_replayed_in_backward():

@@ -113,12 +113,12 @@ def test_opcheck_both_ops():
     q, k, v = (torch.randn(1, 5, 2, 4, generator=g, dtype=torch.float64, requires_grad=True)
                for _ in range(3))
     torch.library.opcheck(torch_attention._forward_op,
-                          (q, k, v, 0.0, None, True, -1, -1, None, False))
-    out, lse, seed, _ = torch_attention._forward_op(q, k, v, 0.0, None, True, -1, -1, None, False)
+                          (q, k, v, 0.0, None, True, -1, -1, 0.0, None, False))
+    out, lse, seed, _ = torch_attention._forward_op(q, k, v, 0.0, None, True, -1, -1, 0.0, None, False)
     dout = torch.randn_like(out)
     torch.library.opcheck(torch_attention._backward_op,
                           (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, seed,
-                           0.0, None, True, -1, -1, None),
+                           0.0, None, True, -1, -1, 0.0, None),
                           test_utils=("test_schema", "test_faketensor"))
 
 

@@ -93,18 +93,19 @@ def _counter():
     return cuda.to_device(np.zeros(COUNTER_SLOTS, dtype=np.int64))
 
 
-def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
+def flash_attention_gpu(q, k, v, *, causal=False, softcap=0.0, block_q: int | None = None,
                         block_k: int | None = None, count_traffic=False):
     """Fused attention forward on CUDA (or the simulator): ``(o, lse)`` or ``(o, lse, traffic)``.
 
     q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32, H a multiple of Hkv;
     o (B, H, Sq, Dv) and lse (B, H, Sq) float32 (lse = -inf for a row with no allowed key).
-    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i. Tiles ``block_q x block_k``
+    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i; ``softcap`` as in
+    :func:`flashlab.flash_attention` (0.0 = off). Tiles ``block_q x block_k``
     (``None``: the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` whose shared tiles fit in
     48 KiB). ``traffic`` counts global-memory requests in bytes, equal to
     :func:`flashlab.cost.tiled_attention_traffic`.
     """
-    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+    p = prepare(q, k, v, causal=causal, softcap=softcap, block_q=1 if block_q is None else block_q,
                 block_k=1 if block_k is None else block_k)
     _float32(p)
     p = _tiles(p, block_q, block_k, forward_shared_bytes)
@@ -118,13 +119,15 @@ def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
     counter = _counter()
     kernel[(B * H, cdiv(Sq, p.block_q)), threads](
         cuda.to_device(p.q), cuda.to_device(p.k), cuda.to_device(p.v), cuda.to_device(kv_blocks(p)),
-        np.float32(p.scale), np.int64(p.left), np.int64(p.right), o, lse, counter)
+        np.float32(p.scale), np.int64(p.left), np.int64(p.right), np.float32(p.softcap), o, lse,
+        counter)
     out = (o.copy_to_host(), lse.copy_to_host())
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
 
-def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: int | None = None,
-                                 block_k: int | None = None, count_traffic=False):
+def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, softcap=0.0,
+                                 block_q: int | None = None, block_k: int | None = None,
+                                 count_traffic=False):
     """Fused attention backward on CUDA: ``(dq, dk, dv)`` or ``(dq, dk, dv, traffic)``.
 
     do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
@@ -135,7 +138,7 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     FlashAttention-2 (:mod:`flashlab.gpu.backward`); dQ is summed with atomic adds, so on a
     GPU its last bits can differ from run to run.
     """
-    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+    p = prepare(q, k, v, causal=causal, softcap=softcap, block_q=1 if block_q is None else block_q,
                 block_k=1 if block_k is None else block_k)
     _float32(p)
     p = _tiles(p, block_q, block_k, backward_shared_bytes)
@@ -157,7 +160,7 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, block_q: 
     kernel[(B * Hkv, cdiv(Sk, p.block_k)), threads](
         gdo, dev(p.q), dev(p.k), dev(p.v), dev(lse.astype(np.float32)), dd,
         dev(q_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
-        dq, dk, dv, counter)
+        np.float32(p.softcap), dq, dk, dv, counter)
     out = (dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 

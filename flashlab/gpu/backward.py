@@ -174,7 +174,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     Arguments: do (B, H, Sq, Dv), q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv),
     lse and dd (B, H, Sq) float32 (dd = rowsum(dO o O) from :func:`dot_kernel`); q_blocks
     (n_kblocks, 2) int64, the query-block range ``[qb0, qb1)`` each key block visits; scale
-    float32; left, right the band; outputs dq (B, H, Sq, Dqk) **zero-filled** (atomic adds),
+    float32; left, right the band; softcap float32 (0 = off; the forward's); outputs
+    dq (B, H, Sq, Dqk) **zero-filled** (atomic adds),
     dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32;
     counter (2,) int64 (read, write bytes), added to only when ``count``.
     """
@@ -193,8 +194,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     dq_of = product_atb(TMQ, CH, KROWS)   # dQ_i micro-tile (CH columns) += dS K_j
 
     @cuda.jit
-    def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, dq, dk, dv,
-                           counter):
+    def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, softcap, dq, dk,
+                           dv, counter):
         H, Sq = q.shape[1], q.shape[2]
         Hkv, Sk = k.shape[1], k.shape[2]
         group = H // Hkv                     # GQA: query heads hk group .. (hk + 1) group - 1
@@ -285,11 +286,18 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                         p = float32(0.0)
                         ds = float32(0.0)
                         if r0 + r < cols and m != -math.inf and j >= i - left and j <= i + right:
+                            sc = st[r, c] * scale
+                            dcap = float32(1.0)
+                            if softcap > 0:
+                                # soft-cap: S = softcap tanh(S / softcap), dS picks up 1 - tanh^2
+                                tc = math.tanh(sc / softcap)
+                                sc = softcap * tc
+                                dcap = float32(1.0) - tc * tc
                             # P_ij = exp(scale Q_i . K_j - LSE_i)   (recomputed, never stored)
-                            p = math.exp(st[r, c] * scale - m)
+                            p = math.exp(sc - m)
                             # dS_ij = P_ij (dP_ij - D_i);  exactly 0 for a row with one allowed key
                             if min(Sk - 1, i + right) != max(0, i - left):
-                                ds = p * (dpt[r, c] - dd_s[col])
+                                ds = p * (dpt[r, c] - dd_s[col]) * dcap
                         pts[r0 + r, col] = p
                         dsts[r0 + r, col] = ds
                 cuda.syncthreads()           # P^T, dS^T complete

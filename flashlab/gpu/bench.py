@@ -338,6 +338,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
                            for _ in range(4))
             p = prepare(q, k, v, causal=causal, block_q=fblock[0], block_k=fblock[1])
             band = (np.float32(p.scale), np.int64(p.left), np.int64(p.right))
+            capped = band + (np.float32(p.softcap),)     # the fused kernels' band and soft-cap
             gq, gk, gv, gdo = (cuda.to_device(x) for x in (q, k, v, do))
             o = cuda.device_array((batch, heads, n, d), np.float32)
             lse = cuda.device_array((batch, heads, n), np.float32)
@@ -351,7 +352,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
             fwd = forward_kernel(p.block_q, p.block_k, d, d, False)
             kvb = cuda.to_device(kv_blocks(p))
             grid, threads = (batch * heads, math.ceil(n / p.block_q)), forward_threads(p.block_q, p.block_k, d)
-            t = timed(lambda: fwd[grid, threads](gq, gk, gv, kvb, *band, o, lse, counter))
+            t = timed(lambda: fwd[grid, threads](gq, gk, gv, kvb, *capped, o, lse, counter))
             fused = traffic("gpu:fused", **kw, block_q=p.block_q, block_k=p.block_k).total
             rec = make_record("flashlab twin fused", times=t, traffic_bytes=fused, dataflow="gpu:fused",
                               block=(p.block_q, p.block_k), **case)
@@ -372,7 +373,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
 
             def backward():
                 dot[dgrid, 8 * DOT_ROWS](gdo, o, dd, counter)
-                bwd[bgrid, bthreads](gdo, gq, gk, gv, lse, dd, qbl, *band, gdq, gdk, gdv, counter)
+                bwd[bgrid, bthreads](gdo, gq, gk, gv, lse, dd, qbl, *capped, gdq, gdk, gdv, counter)
             if check:
                 backward()               # once on a zeroed dQ, to compare with the reference
                 want_b = attention_reference_backward(do, q, k, v, causal=causal)

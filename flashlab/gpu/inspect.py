@@ -88,15 +88,16 @@ def _kernels(d: int) -> list[tuple[str, Any, str, tuple[int, int]]]:
     from flashlab.gpu.tiles import LANE_COLS
     a4, a3, i2, c = "float32[:, :, :, ::1]", "float32[:, :, ::1]", "int64[:, ::1]", "int64[::1]"
     band = "float32, int64, int64"
+    capped = band + ", float32"      # the fused kernels' band and soft-cap
     T = STANDARD_TILE
     fq, fk = fitting_tile(forward_shared_bytes, d)
     bq, bk = fitting_tile(backward_shared_bytes, d)
     return [
         ("forward", forward_kernel(fq, fk, d, d, False),
-         f"void({a4}, {a4}, {a4}, {i2}, {band}, {a4}, {a3}, {c})", (fq, fk)),
+         f"void({a4}, {a4}, {a4}, {i2}, {capped}, {a4}, {a3}, {c})", (fq, fk)),
         ("backward_dot", dot_kernel(d, False), f"void({a4}, {a4}, {a3}, {c})", (DOT_ROWS, LANE_COLS)),
         ("backward", backward_kernel(bq, bk, d, d, False),
-         f"void({a4}, {a4}, {a4}, {a4}, {a3}, {a3}, {i2}, {band}, {a4}, {a4}, {a4}, {c})", (bq, bk)),
+         f"void({a4}, {a4}, {a4}, {a4}, {a3}, {a3}, {i2}, {capped}, {a4}, {a4}, {a4}, {c})", (bq, bk)),
         ("standard_scores", scores_kernel(T, d, False), f"void({a4}, {a4}, {band}, {a4}, {c})", (T, T)),
         ("standard_softmax", softmax_kernel(T, False), f"void({a4}, {c})", (T, T)),
         ("standard_pv", pv_kernel(T, d, False), f"void({a4}, {a4}, {a4}, {c})", (T, T)),

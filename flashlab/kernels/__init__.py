@@ -1,4 +1,6 @@
-"""The Numba kernels: the tile operations they share (:mod:`~flashlab.kernels.tile`), the tiled
+"""The Numba kernels: the options record every kernel takes (:mod:`~flashlab.kernels.options`), the
+tile operations they share (:mod:`~flashlab.kernels.tile`, with the scalar per-row update of
+:mod:`~flashlab.kernels.rowstep`), the tiled
 forward (:mod:`~flashlab.kernels.forward`), the backward (:mod:`~flashlab.kernels.backward`),
 split-KV decoding (:mod:`~flashlab.kernels.decode`) and the BLAS calls with alpha and beta they
 share (:mod:`~flashlab.kernels.blas`)."""

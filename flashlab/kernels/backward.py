@@ -58,9 +58,13 @@ where ``part`` *is* the output (see :func:`flashlab.api.flash_attention_backward
 :func:`flashlab.masks.kv_block_range` and :func:`flashlab.masks.tile_visit_class` decide
 which tiles are visited,
 :func:`flashlab.masks.band_box` which rows and columns of a partial tile are computed, and the
-forward's :func:`~flashlab.kernels.tile.score_tile` and
-:func:`~flashlab.kernels.tile.mask_tile` recompute $S$ — so $P$ is recomputed from the
-very scores the forward normalised.
+forward's scores stage :func:`~flashlab.kernels.tile.tile_scores` recomputes $S$ — so $P$ is
+recomputed from the very scores the forward normalised.
+
+**Soft-cap.** With ``softcap`` $c > 0$ the scores are $S = c \tanh(S_0 / c) + \text{bias}$,
+$S_0 = \text{scale}\,Q K^\top$; the chain rule multiplies $dS$ by
+$\partial S / \partial S_0 = 1 - \tanh^2(S_0 / c)$, which the scores stage hands back for
+the tile, before $dQ$ and $dK$ take it (the bias gradient is $dS$ before that factor).
 
 **Bias and dropout.** $S$ is recomputed with the forward's bias
 (:func:`~flashlab.kernels.tile.add_bias_tile`), and
@@ -87,20 +91,17 @@ from numba import njit, prange
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn  # (importing blas pins it to 1 thread)
 from flashlab.kernels.tile import (
-    add_bias_tile,
-    all_finite,
     drop_tile,
     exp_shifted,
     head_operands,
-    mask_tile,
-    score_tile,
     store_scaled,
+    tile_scores,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, mask_at, tile_visit_class
 from flashlab.numba_cache import CACHE, serial_twin
 
 __all__ = ["row_dot", "probs_from_lse", "first_foreign_row", "ds_from_dp", "one_allowed_key", "one_key_probs",
-           "zero_one_key_rows", "add_pt_do", "scale_kept", "add_dbias", "flash_backward_kernel",
+           "zero_one_key_rows", "add_pt_do", "scale_kept", "scale_by", "add_dbias", "flash_backward_kernel",
            "sum_partials", "flash_backward_serial", "sum_partials_serial"]
 
 @njit(cache=CACHE)
@@ -255,6 +256,14 @@ def scale_kept(dp, p_drop, inv_keep):
 
 
 @njit(cache=CACHE)
+def scale_by(x, f):
+    """``x <- x o f`` element-wise, for 2-D arrays of one shape."""
+    for r in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            x[r, c] *= f[r, c]
+
+
+@njit(cache=CACHE)
 def add_dbias(ds, i0, j0, dbias2d):
     """dbias[i, j] += dS_ij, summing over the axes that dbias2d (Sq or 1, Sk or 1) broadcasts."""
     rows, cols = ds.shape
@@ -266,26 +275,23 @@ def add_dbias(ds, i0, j0, dbias2d):
 
 
 @njit(parallel=True, cache=CACHE)
-def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, has_mask,
-                          bias, has_bias, slopes, has_alibi, alibi_offset, alibi_sqrt,
-                          scale, left, right, block_q, block_k, drop_threshold, seed, offset,
-                          check_overflow, n_split, dq, dk_part, dv_part, dq_rope, dkr_part,
-                          dbias_part, want_dbias, tiles_done, overflow, lse_tol, lse_row,
-                          lse_sum, dv_rows):
+def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq_rope,
+                          dkr_part, dbias_part, tiles_done, overflow, lse_tol, lse_row,
+                          lse_sum, dv_rows, options):
     """Tiled recomputation backward, in place into ``dq``, the partials and ``dq_rope``.
 
     Inputs (C-contiguous, accumulation dtype float32 or float64 unless said):
     do (B, H, Sq, Dv); q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv);
-    o (B, H, Sq, Dv); lse (B, H, Sq); q_rope (B, H, Sq, Dr) and k_rope (B, Hr, Sk, Dr), read
-    only when ``has_rope``; mask, bias, slopes, alibi_*, scale, band, dropout and
-    ``check_overflow`` exactly as given to
-    :func:`flashlab.kernels.forward.flash_forward_kernel`; ``n_split`` query-block chunks per
-    head.
+    o (B, H, Sq, Dv); lse (B, H, Sq); ``options`` the
+    :class:`~flashlab.kernels.options.TileOptions` given to
+    :func:`flashlab.kernels.forward.flash_forward_kernel` (RoPE operands, mask, bias, ALiBi,
+    scale, soft-cap, band, tiles, dropout, ``check_overflow``), with ``want_dbias``;
+    ``n_split`` query-block chunks per head.
 
     Outputs: dq (B, H, Sq, Dqk); dq_rope (B, H, Sq, Dr) (untouched without rope);
     dk_part (B, H, n_split, Sk, Dqk), dv_part (B, H, n_split, Sk, Dv),
     dkr_part (B, H, n_split, Sk, Dr) zero-initialised partial sums, one per work item
-    (reduce them with :func:`sum_partials`); with ``want_dbias``, dbias_part
+    (reduce them with :func:`sum_partials`); with ``options.want_dbias``, dbias_part
     (B, H, n_split or 1, Sqb, Skb) zero-initialised: work item (b, h, c) adds dS into
     ``dbias_part[b, h, c]`` when the bias broadcasts over the rows (Sqb = 1) and into
     ``dbias_part[b, h, 0]`` otherwise (its rows are its own); tiles_done and overflow
@@ -297,6 +303,12 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
     """
     B, H, Sq, Dqk = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
+    scale, left, right = options.scale, options.left, options.right
+    block_q, block_k = options.block_q, options.block_k
+    has_rope, has_mask, has_bias = options.has_rope, options.has_mask, options.has_bias
+    q_rope, k_rope = options.q_rope, options.k_rope
+    drop_threshold, want_dbias = options.drop_threshold, options.want_dbias
+    capped = options.softcap > 0
     Dr = q_rope.shape[3]
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
@@ -311,13 +323,15 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
         c = t % n_split
         hk = h // group
         hr = h // group_r
-        mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
+        mask2d, bias2d, slope = head_operands(options, b, h)
         dbias2d = dbias_part[b, h, c if dbias_part.shape[2] > 1 else 0]
         dk_acc, dv_acc, dkr_acc = dk_part[b, h, c], dv_part[b, h, c], dkr_part[b, h, c]
         # flat scratch buffers: a (rows, cols) reshape of a head is C-contiguous (BLAS needs it)
         s_buf = np.empty(block_q * block_k, dtype=dt)
         dp_buf = np.empty(block_q * block_k, dtype=dt)
         pd_buf = np.empty(block_q * block_k if dropout else 1, dtype=dt)
+        # the soft-cap's derivative 1 - tanh^2(S / softcap) of each score of the tile
+        dc_buf = np.empty(block_q * block_k if capped else 1, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
         psum = np.empty(block_q, dtype=np.float64)
         one_key = np.empty(block_q, dtype=np.bool_)
@@ -362,16 +376,12 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 do_t = do_blk[r0:r1]
                 s = s_buf[: rows_t * cols].reshape((rows_t, cols))
                 dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
-                # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T) + bias, masked entries -inf
-                score_tile(qs_t, k_blk, qrs_t, kr_blk, has_rope, s)
-                if check_overflow and not all_finite(s):
+                dc = dc_buf[: rows_t * cols].reshape((rows_t, cols)) if capped else dc_buf.reshape((1, 1))
+                # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias,
+                # masked entries -inf: the forward's scores stage (dc gets the cap's derivative)
+                if tile_scores(s, qs_t, k_blk, qrs_t, kr_blk, ti0, tj0, cls != FULL, mask2d,
+                               bias2d, slope, dc, capped, options):
                     bad = 1
-                if has_bias or has_alibi:
-                    if add_bias_tile(s, ti0, tj0, bias2d, has_bias, slope, has_alibi,
-                                     alibi_offset, alibi_sqrt, check_overflow):
-                        bad = 1
-                if cls != FULL or has_mask:
-                    mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
                 # P = exp(S - LSE_i)   (s now holds P; psum_i += sum_j P_ij)
                 probs_from_lse(s, lse_blk[r0:r1], psum[r0:r1])
                 # P = 1 exactly on the key of a row with one allowed key
@@ -382,8 +392,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                     pd = pd_buf[: rows_t * cols].reshape((rows_t, cols))
                     store_scaled(pd, s, 1.0)        # pd = P
                     # Z o P: the forward's dropped entries, from the same counters
-                    drop_tile(pd, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
-                              drop_threshold)
+                    drop_tile(pd, options.offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk,
+                              options.seed, drop_threshold)
                     # dV_j += (Z o P / k)^T dO_i
                     add_pt_do(pd, do_t, dv_acc[tj0:tj1], inv_keep, dv_rows)
                     # dP <- Z o dP / k
@@ -398,6 +408,10 @@ def flash_backward_kernel(do, q, k, v, o, lse, q_rope, k_rope, has_rope, mask, h
                 if want_dbias:
                     # dbias += dS   (the bias is added after scaling)
                     add_dbias(dp, ti0, tj0, dbias2d)
+                if capped:
+                    # dS <- dS o (1 - tanh^2(S / softcap))   (through the soft-cap; the bias is
+                    # added after it, so dbias above took dS before this factor)
+                    scale_by(dp, dc)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
                 gemm_nn(dp, k_blk, dq_acc[r0:r1], 1.0, 1.0)
                 # dK_j += scale dS^T Q_i = dS^T (scale Q_i)

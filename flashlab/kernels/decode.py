@@ -39,8 +39,9 @@ a chunk, chunks in order in the merge): the same bits for any ``NUMBA_NUM_THREAD
 
 **Same tiles, same masks.** The chunks split the kv-block range the band allows
 (:func:`flashlab.masks.kv_block_range`) on ``block_k`` boundaries, and each tile goes
-through the forward's helpers (:func:`~flashlab.kernels.tile.score_tile`,
-:func:`~flashlab.kernels.tile.add_bias_tile`, :func:`~flashlab.kernels.tile.mask_tile`,
+through the forward's helpers (:func:`~flashlab.kernels.tile.score_tile` and
+:func:`~flashlab.kernels.tile.finish_scores`, the two halves of
+:func:`~flashlab.kernels.tile.tile_scores`,
 :func:`~flashlab.kernels.tile.rescale_rows`, :func:`~flashlab.kernels.tile.drop_tile`),
 so masks, bias, ALiBi, dropout counters and the tiles counted per head are the forward's.
 """
@@ -54,11 +55,10 @@ from numba import njit, prange
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn
 from flashlab.kernels.tile import (
-    add_bias_tile,
     all_finite,
     drop_tile,
+    finish_scores,
     head_operands,
-    mask_tile,
     rescale_rows,
     score_tile,
 )
@@ -141,16 +141,14 @@ def kv_splits(batch: int, kv_heads: int, n_kvblocks: int) -> int:
 
 
 @njit(parallel=True, cache=CACHE)
-def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_alibi,
-                        alibi_offset, alibi_sqrt, scale, left, right, block_k, n_split,
-                        drop_threshold, seed, offset, check_overflow,
-                        part_m, part_l, part_acc, part_tiles, part_overflow, part_nonfinite):
+def flash_decode_kernel(q, k, v, n_split, part_m, part_l, part_acc, part_tiles,
+                        part_overflow, part_nonfinite, options):
     """Split-KV phase: one work item per (batch, kv head, key chunk), partial states out.
 
-    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); mask, bias, slopes, alibi_*,
-    scale, band ``[i - left, i + right]``, dropout and ``check_overflow`` exactly as
-    :func:`flashlab.kernels.forward.flash_forward_kernel` takes them (no RoPE operands);
-    ``block_k`` the tile's key count, ``n_split`` chunks of the band's kv-block range.
+    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); ``options`` the
+    :class:`~flashlab.kernels.options.TileOptions` of
+    :func:`flashlab.kernels.forward.flash_forward_kernel` (no RoPE operands: never read here;
+    ``block_k`` the tile's key count); ``n_split`` chunks of the band's kv-block range.
 
     Outputs, per work item ``(b, hk, c)`` and row ``r = g * Sq + i`` (head ``hk*group + g``):
     part_m, part_l (B, Hkv, n_split, group*Sq) the running max and denominator; part_acc
@@ -165,6 +163,8 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
     Hkv, Sk = k.shape[1], k.shape[2]
     group = H // Hkv
     rows = group * Sq
+    scale, left, right, block_k = options.scale, options.left, options.right, options.block_k
+    drop_threshold = options.drop_threshold
     dropout = drop_threshold > 0
     # the kv-blocks any row may see (the band is the same for every head)
     kb0, kb1 = kv_block_range(0, Sq, Sk, block_k, left, right)
@@ -191,7 +191,8 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
             if cls == EMPTY:
                 continue
             s = s_buf[: rows * (j1 - j0)].reshape((rows, j1 - j0))
-            # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it)
+            # S = (scale Q_group) K_j^T   (BLAS, as the backward recomputes it; the first
+            # half of tile.tile_scores, for the whole group at once)
             score_tile(qs, k[b, hk, j0:j1], qs, qs, False, s)
             # a NaN or inf in K_j makes scores NaN/inf (inf * 0 = NaN): flagged here, checked
             # by the caller against K itself. One pass over the group's tile; each head's rows
@@ -203,29 +204,27 @@ def flash_decode_kernel(q, k, v, mask, has_mask, bias, has_bias, slopes, has_ali
                 h = hk * group + g
                 # this head's Sq rows of the tile (rows g*Sq .. g*Sq + Sq - 1)
                 sg = s[g * Sq:(g + 1) * Sq]
-                mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
-                if has_mask and tile_fully_masked(mask2d, 0, Sq, j0, j1, left, right):
+                mask2d, bias2d, slope = head_operands(options, b, h)
+                if options.has_mask and tile_fully_masked(mask2d, 0, Sq, j0, j1, left, right):
                     # the tiled forward skips this tile for this head: P~ = 0 on its rows
                     sg[:] = -np.inf
                     continue
                 part_tiles[b, hk, c, g] += 1
-                if check_overflow and not tile_finite and not all_finite(sg):
+                if options.check_overflow and not tile_finite and not all_finite(sg):
                     bad = 1
-                if has_bias or has_alibi:
-                    # S += bias_ij  (and the ALiBi term)
-                    if add_bias_tile(sg, 0, j0, bias2d, has_bias, slope, has_alibi,
-                                     alibi_offset, alibi_sqrt, check_overflow):
-                        bad = 1
-                if cls != FULL or has_mask:
-                    mask_tile(sg, 0, j0, left, right, cls != FULL, mask2d, has_mask)
+                # soft-cap, bias and mask: the second half of tile.tile_scores
+                if finish_scores(sg, 0, j0, cls != FULL, mask2d, bias2d, slope, sg, False,
+                                 options):
+                    bad = 1
             # m, l, O~ rescaled to the new row max; s becomes P~ = e^{S - m_new}
             rescale_rows(s, m, l, acc)
             if dropout:
                 for g in range(group):
                     h = hk * group + g
                     # P~ <- Z o P~, the counters of head h's rows (as in the tiled forward)
-                    drop_tile(s[g * Sq:(g + 1) * Sq], offset + ((b * H + h) * Sq) * Sk + j0,
-                              Sk, seed, drop_threshold)
+                    drop_tile(s[g * Sq:(g + 1) * Sq],
+                              options.offset + ((b * H + h) * Sq) * Sk + j0, Sk, options.seed,
+                              drop_threshold)
             # O~ <- O~ + P~ V_j     (V_j read once for the whole group)
             if rows <= GEMV_MAX_ROWS:
                 pv_few_rows(s, v[b, hk, j0:j1], acc)

@@ -28,7 +28,8 @@ tile whose mask is all ``True`` is skipped after reading the mask tile.
 
 **Bias, ALiBi and dropout.** An additive ``bias`` (broadcastable to (B, H, Sq, Sk), read
 through its own shape, never expanded) and a generated ALiBi bias
-$-\text{slope}_h\,|j - i - c|$ are added to $S$ after scaling (:func:`~flashlab.kernels.tile.add_bias_tile`).
+$-\text{slope}_h\,|j - i - c|$ are added to $S$ after scaling and soft-capping
+(:func:`~flashlab.kernels.tile.tile_scores`, the one scores stage of every kernel).
 Dropout zeroes entries of $\tilde P$ *after* $\ell$ has summed them (the softmax is of the
 undropped scores) and before $\tilde P V$; the output is divided by the keep probability at
 the end. Which entries are dropped is a function of their position (:mod:`flashlab.dropout`),
@@ -53,16 +54,13 @@ from numba import njit, prange
 from flashlab.dropout import inv_keep_probability
 from flashlab.kernels.blas import gemm_nn  # (importing blas also pins it to one thread)
 from flashlab.kernels.tile import (
-    add_bias_tile,
-    all_finite,
     drop_tile,
     finalize_rows,
     head_operands,
-    mask_tile,
     qblock_order,
     rescale_rows,
-    score_tile,
     store_scaled,
+    tile_scores,
 )
 from flashlab.masks import EMPTY, FULL, band_box, cdiv_jit, kv_block_range, tile_visit_class
 from flashlab.numba_cache import CACHE, serial_twin
@@ -71,21 +69,13 @@ __all__ = ["flash_forward_kernel", "flash_forward_serial"]
 
 
 @njit(parallel=True, cache=CACHE)
-def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias, has_bias,
-                         slopes, has_alibi, alibi_offset, alibi_sqrt, scale, left, right,
-                         block_q, block_k, drop_threshold, seed, offset, check_overflow,
-                         o, lse, row_max, tiles_done, overflow):
+def flash_forward_kernel(q, k, v, o, lse, row_max, tiles_done, overflow, options):
     """Tiled online-softmax attention forward, in place into ``o`` and ``lse``.
 
-    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); q_rope (B, H, Sq, Dr) and
-    k_rope (B, Hr, Sk, Dr), read only when ``has_rope``; mask (Bm, Hm, Sqm, Skm) bool
-    (True = masked out) and bias (Bb, Hb, Sqb, Skb), each axis 1 or full (broadcast, never
-    expanded), read only when ``has_mask`` / ``has_bias``; slopes (Bs, H) ALiBi slopes,
-    Bs in {1, B}, read only when ``has_alibi`` (bias ``-slope |j - i - alibi_offset|``, or its
-    ``sqrt`` form); scale a scalar of q's dtype; band ``[i - left, i + right]`` with sides
-    clamped to the lengths (:func:`flashlab.masks.clamp_band`); dropout: entries whose hash
-    is below ``drop_threshold`` (0 = no dropout) are dropped, counters from ``offset``
-    (:mod:`flashlab.dropout`); ``check_overflow``: test every tile for scores that overflow.
+    q (B, H, Sq, Dqk); k (B, Hkv, Sk, Dqk); v (B, Hkv, Sk, Dv); ``options`` a
+    :class:`~flashlab.kernels.options.TileOptions` (scale, soft-cap, band, tiles, mask, bias,
+    ALiBi, RoPE operands, dropout, ``check_overflow``: test every tile for scores that
+    overflow).
 
     Outputs: o (B, H, Sq, Dv); lse and row_max (B, H, Sq) in o's dtype (row_max = the final
     running max m, the row max of the scaled, masked scores: CANN's ``softmax_max``; -inf for
@@ -96,6 +86,11 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
     B, H, Sq, _ = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     Dv = v.shape[3]
+    scale, left, right = options.scale, options.left, options.right
+    block_q, block_k = options.block_q, options.block_k
+    has_rope, has_mask = options.has_rope, options.has_mask
+    q_rope, k_rope = options.q_rope, options.k_rope
+    drop_threshold = options.drop_threshold
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
     n_qb = cdiv_jit(Sq, block_q)
@@ -109,7 +104,7 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
         # q-blocks in zig-zag order 0, n-1, 1, n-2, ...: evens out the threads' work when causal
         qb = qblock_order(t % n_qb, n_qb)
         hk = h // group
-        mask2d, bias2d, slope = head_operands(mask, bias, slopes, has_alibi, b, h)
+        mask2d, bias2d, slope = head_operands(options, b, h)
         i0 = qb * block_q
         i1 = min(i0 + block_q, Sq)
         rows = i1 - i0
@@ -143,23 +138,16 @@ def flash_forward_kernel(q, k, v, q_rope, k_rope, has_rope, mask, has_mask, bias
             s = s_buf[: (r1 - r0) * (tj1 - tj0)].reshape((r1 - r0, tj1 - tj0))
             kr = k_rope[b, h // group_r, tj0:tj1] if has_rope else k_rope[0, 0, 0:1]
             qrs_t = qrs[r0:r1] if has_rope else qrs
-            # S = scale (Q_i K_j^T + Q^rope_i K^rope_j^T)
-            score_tile(qs[r0:r1], k[b, hk, tj0:tj1], qrs_t, kr, has_rope, s)
-            if check_overflow and not all_finite(s):
+            # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias, masked
+            if tile_scores(s, qs[r0:r1], k[b, hk, tj0:tj1], qrs_t, kr, ti0, tj0, cls != FULL,
+                           mask2d, bias2d, slope, s, False, options):
                 bad = 1
-            if has_bias or has_alibi:
-                # S += bias_ij  (and the ALiBi term)
-                if add_bias_tile(s, ti0, tj0, bias2d, has_bias, slope, has_alibi, alibi_offset,
-                                 alibi_sqrt, check_overflow):
-                    bad = 1
-            if cls != FULL or has_mask:
-                mask_tile(s, ti0, tj0, left, right, cls != FULL, mask2d, has_mask)
             # m, l, O~ rescaled to the new row max; s becomes P~ = e^{S - m_new}
             rescale_rows(s, m[r0:r1], l[r0:r1], acc[r0:r1])
             if dropout:
                 # P~ <- Z o P~  (l above summed the undropped P~: dropout acts after the softmax)
-                drop_tile(s, offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk, seed,
-                          drop_threshold)
+                drop_tile(s, options.offset + ((b * H + h) * Sq + ti0) * Sk + tj0, Sk,
+                          options.seed, drop_threshold)
             # O~ <- O~ + P~ V_j                  (gemm with beta = 1: accumulated in place)
             gemm_nn(s, v[b, hk, tj0:tj1], acc[r0:r1], 1.0, 1.0)
             done += 1

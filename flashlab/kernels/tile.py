@@ -28,12 +28,20 @@ from numba import njit
 from flashlab.dropout import keep
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
+from flashlab.kernels.rowstep import online_row_step as _online_row_step
 from flashlab.masks import mask_at
 from flashlab.numba_cache import CACHE
 
 __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
-           "drop_tile", "mask_tile", "exp_nonpositive", "exp_shifted", "row_max",
+           "drop_tile", "mask_tile", "cap_scores", "finish_scores", "tile_scores",
+           "exp_nonpositive", "exp_shifted", "row_max",
            "online_softmax_update", "rescale_rows", "finalize_rows", "store_scaled"]
+
+
+#: :func:`flashlab.kernels.rowstep.online_row_step` compiled for the CPU (the one per-row
+#: update of the online softmax; ``numba.cuda.jit(device=True)`` compiles the same source;
+#: documented there, so not in ``__all__``)
+online_row_step = njit(cache=CACHE, inline="always")(_online_row_step)
 
 
 @njit(cache=CACHE, inline="always")
@@ -53,16 +61,18 @@ def qblock_order(i, n_qb):
 
 
 @njit(cache=CACHE, inline="always")
-def head_operands(mask, bias, slopes, has_alibi, b, h):
+def head_operands(options, b, h):
     """The 2-D mask and bias and the ALiBi slope of head ``h`` of batch ``b``.
 
-    mask (Bm, Hm, Sqm, Skm) and bias (Bb, Hb, Sqb, Skb) have axes of length 1 or full
-    (broadcast, never expanded): index 0 along a length-1 axis. slopes (Bs, H); the slope is 0
-    without ALiBi. Returns ``(mask2d, bias2d, slope)``, the 2-D ones views.
+    ``options`` (:class:`~flashlab.kernels.options.TileOptions`): its mask (Bm, Hm, Sqm, Skm)
+    and bias (Bb, Hb, Sqb, Skb) have axes of length 1 or full (broadcast, never expanded):
+    index 0 along a length-1 axis. slopes (Bs, H); the slope is 0 without ALiBi. Returns
+    ``(mask2d, bias2d, slope)``, the 2-D ones views.
     """
+    mask, bias, slopes = options.mask, options.bias, options.slopes
     mask2d = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
     bias2d = bias[b if bias.shape[0] > 1 else 0, h if bias.shape[1] > 1 else 0]
-    slope = slopes[b if slopes.shape[0] > 1 else 0, h] if has_alibi else 0.0
+    slope = slopes[b if slopes.shape[0] > 1 else 0, h] if options.has_alibi else 0.0
     return mask2d, bias2d, slope
 
 
@@ -162,6 +172,66 @@ def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
                 s[r, c] = -np.inf
             elif has_mask and mask_at(mask2d, i, j):
                 s[r, c] = -np.inf
+
+
+@njit(cache=CACHE)
+def cap_scores(s, softcap, dcap, keep_dcap):
+    """Logit soft-capping in place: ``S <- softcap tanh(S / softcap)``, ``softcap > 0``.
+
+    With ``keep_dcap`` the derivative ``1 - tanh^2(S / softcap)`` of each entry is written
+    to ``dcap`` (same shape as ``s``): the backward's ``dS`` picks it up. Computed in float64
+    and rounded once to the tile's dtype (one rounding instead of three in float32).
+    """
+    rows, cols = s.shape
+    c64 = np.float64(softcap)
+    for r in range(rows):
+        for c in range(cols):
+            # t = tanh(s / softcap);  s <- softcap t;  ds_capped/ds = 1 - t^2
+            t = math.tanh(np.float64(s[r, c]) / c64)
+            s[r, c] = c64 * t
+            if keep_dcap:
+                dcap[r, c] = 1.0 - t * t
+
+
+@njit(cache=CACHE)
+def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dcap, keep_dcap, options):
+    """Soft-cap, bias and mask on a tile of raw scaled scores ``s`` (rows ``i0..``, cols
+    ``j0..``); returns True if a bias sum overflowed (with ``options.check_overflow``).
+
+    The order is flash_attn's: ``S = softcap tanh(scale q k^T / softcap) + bias``, then the
+    masked entries (band, when ``band_partial``; the dense mask) are set to ``-inf``.
+    ``dcap``/``keep_dcap``: see :func:`cap_scores`.
+    """
+    bad = False
+    if options.softcap > 0:
+        cap_scores(s, options.softcap, dcap, keep_dcap)
+    if options.has_bias or options.has_alibi:
+        # S += bias_ij  (and the ALiBi term)
+        bad = add_bias_tile(s, i0, j0, bias2d, options.has_bias, slope, options.has_alibi,
+                            options.alibi_offset, options.alibi_sqrt, options.check_overflow)
+    if band_partial or options.has_mask:
+        mask_tile(s, i0, j0, options.left, options.right, band_partial, mask2d,
+                  options.has_mask)
+    return bad
+
+
+@njit(cache=CACHE)
+def tile_scores(s, qs_blk, k_blk, qrs_blk, kr_blk, i0, j0, band_partial, mask2d, bias2d,
+                slope, dcap, keep_dcap, options):
+    """The scores of one tile, as every kernel sees them; returns True if a score overflowed.
+
+    ``s`` (rows, cols) gets
+    ``S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias``, masked
+    entries ``-inf``: :func:`score_tile` (``qs_blk`` already scaled), the overflow test of
+    ``options.check_overflow`` (:func:`all_finite`), then :func:`finish_scores`. The forward,
+    the backward and the walk call it; the decode kernel stacks a kv group's rows for the
+    gemm and calls the two halves itself.
+    """
+    score_tile(qs_blk, k_blk, qrs_blk, kr_blk, options.has_rope, s)
+    bad = options.check_overflow and not all_finite(s)
+    if finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dcap, keep_dcap, options):
+        bad = True
+    return bad
 
 
 # --- exp on a row of scores ----------------------------------------------------------------
@@ -267,19 +337,20 @@ def rescale_rows(s, m, l, acc):
     """
     rows, cols = s.shape
     for r in range(rows):
-        # m_new = max(m, rowmax(S))
-        m_new = row_max(s[r], m[r])
-        if m_new == -np.inf:
+        # rowmax(S), with m: the vectorised max of the row (row_max)
+        tile_max = row_max(s[r], m[r])
+        if tile_max == -np.inf:
             # no allowed key seen yet in this row: P~ = 0 and the state stays (m=-inf, l=0, O~=0)
             for c in range(cols):
                 s[r, c] = 0.0
             continue
-        # alpha = e^{m - m_new}   (0 when m was -inf: nothing accumulated yet)
-        alpha = math.exp(m[r] - m_new)
+        # m_new = max(m, rowmax(S)), alpha = e^{m - m_new}, alpha l: the scalar per-row update
+        # (flashlab.kernels.rowstep, the same source the GPU compiles)
+        m_new, alpha, l_scaled = online_row_step(m[r], l[r], tile_max)
         # P~ = e^{S - m_new}, rowsum(P~);  masked entries: e^{-inf} = 0
         rowsum = exp_shifted(s[r], m_new)
         # l <- alpha l + rowsum(P~)
-        l[r] = alpha * l[r] + rowsum
+        l[r] = l_scaled + rowsum
         # O~ <- alpha O~   (the P~ V_j term is added below, for all rows in one gemm);
         # skipped when the max did not move (alpha = 1), the common case after the first tiles
         if m_new != m[r]:
