@@ -79,7 +79,7 @@ class Problem:
     dropout_p: float = 0.0
     seed: int = 0
     offset: int = 0
-    #: logit soft-cap, 0 = off: scores ``softcap tanh(s / softcap)`` after scaling, before bias
+    #: logit soft-cap (0 = off), scores ``softcap tanh(s / softcap)`` after scaling, before bias
     softcap: float = 0.0
     #: ``max_i |x_i|^2`` (float64) of q, k, q_rope, k_rope from :func:`prepare`'s finiteness
     #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k with ``scan_kv=False``)

@@ -79,12 +79,13 @@ def _label(key: str) -> str:
 
 #: the five verdicts
 VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "undetermined", "not comparable")
-#: reproduced: the estimate's effect within this share of the figure's effect
+#: "reproduced" means the estimate's effect is within this share of the figure's effect
 QUARTER = 0.25
-#: partly reproduced: the estimate's effect within this factor of the figure's (either way)
+#: "partly reproduced" means the estimate's effect is within this factor of the figure's
+#: (either way)
 HALF = 0.5
 
-#: the order the vendor's RECT-FA post introduces its ideas: each figure is read as the idea
+#: the order the vendor's RECT-FA post introduces its ideas; each figure is read as the idea
 #: switched on after the ones before it (native V first, on the vendor's IterateAll kernel)
 IDEA_ORDER = (Idea.NATIVE_V, Idea.SPLIT_ROPE, Idea.PING_PONG)
 
@@ -612,7 +613,7 @@ def _sensitivity_parameters(chip: ChipModel) -> tuple[str, ...]:
                  if p.low is not None and p.high is not None and p.low < p.high)
 
 
-#: the parameters of the 910B2 model that have a range: the verdicts move each to both ends
+#: the parameters of the 910B2 model that have a range (the verdicts move each to both ends)
 SENSITIVITY_PARAMETERS = _sensitivity_parameters(calibrated.CHIPS["910B2"])
 
 

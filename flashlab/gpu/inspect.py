@@ -41,7 +41,7 @@ DIMS = (64, 128)
 #: the kernels, in report order
 KERNEL_NAMES = ("forward", "backward_dot", "backward", "standard_scores", "standard_softmax",
                 "standard_pv")
-#: (block_q, block_k) candidates for the fused kernels, first the bench's: each kernel is
+#: (block_q, block_k) candidates for the fused kernels, first the bench's; each kernel is
 #: compiled at the first that fits in 48 KiB of static shared memory at its head dim
 TILE_CHOICES = ((64, 32), (32, 32), (32, 16), (16, 16))
 _WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm", "nvidia-nvvm", "nvidia-cuda-nvrtc",
@@ -127,7 +127,7 @@ def sass_loops(sass: str) -> tuple[list[dict[str, Any]], int]:
 
     Each loop is ``{"insns": n, "ffma": f, "per_ffma": n / f}``: the instructions from a
     label to a later branch back to it (the branch included), when no other such loop lies
-    inside. ``NOP``s (alignment padding) are not counted.
+    inside. ``NOP`` instructions (alignment padding) are not counted.
     """
     insns: list[str] = []
     labels: dict[str, int] = {}

@@ -102,7 +102,7 @@ class ArrayRequests:
 
     @property
     def distinct_read_bytes(self) -> int:
-        """Bytes of the distinct elements loaded: each fetched once, as from an ideal cache."""
+        """Bytes of the distinct elements loaded, each fetched once, as from an ideal cache."""
         return self.itemsize * int(self.loaded.sum())
 
     @property

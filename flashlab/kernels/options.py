@@ -31,7 +31,7 @@ import numpy as np
 
 __all__ = ["TileOptions", "NO_MASK", "NO_SLOPES", "no_operand"]
 
-#: placeholder for an absent dense mask (never read: ``has_mask`` is False)
+#: placeholder for an absent dense mask (never read, ``has_mask`` is False)
 NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
 #: placeholder for absent ALiBi slopes
 NO_SLOPES = np.zeros((1, 1), dtype=np.float64)

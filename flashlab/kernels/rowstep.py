@@ -9,7 +9,7 @@ m' = \max(m, \tilde m), \qquad \alpha = e^{m - m'}, \qquad \ell \leftarrow \alph
 $$
 
 :func:`online_row_step` is that update on one row's numbers. It uses plain Python arithmetic and
-:mod:`math` only (no NumPy), so the same source compiles with ``numba.njit`` for the CPU
+``math`` only (no NumPy), so the same source compiles with ``numba.njit`` for the CPU
 kernels (:func:`flashlab.kernels.tile.rescale_rows` calls it once per row) and with
 ``numba.cuda.jit(device=True)`` for a GPU kernel (one thread per row): tests/test_rowstep.py
 compiles it for both and runs it on the CUDA simulator.

@@ -16,12 +16,12 @@ $D = 128$, fp16), and a share $f$ of each is memory traffic (K/V tiles and the G
 through which Cube and Vector exchange $S$, $P$, $O$) that slows when the cores share the port:
 
 $$
-t_s = c_s \cdot w_s \cdot \big((1 - f_s) + f_s\,g(a)\big), \qquad g(a) = \max(1,\ a / n_\text{port}),
+t_s = c_s \cdot w_s \cdot \big((1 - f_s) + f_s\,g(a)\big), \qquad g(a) = \max(1,\ a / n_{\text{port}}),
 $$
 
 with $w_{qk} = \frac{B_r D_{qk} B_c}{128 \cdot 128 \cdot 256}$, $w_{pv} = \frac{B_r D_v B_c}{128 \cdot 128 \cdot 256}$,
 $w_p = \frac{B_r B_c}{128 \cdot 256}$, $w_{gu} = \frac{B_r D_v}{128 \cdot 128}$, $a$ the active cores
-and $n_\text{port}$ the number of cores the shared memory port serves at a lone core's rate.
+and $n_{\text{port}}$ the number of cores the shared memory port serves at a lone core's rate.
 
 **The chip** runs whole q-blocks in waves of the core count $c$: the $Q$ q-blocks, longest
 first, are dealt to $\lceil Q / \lceil Q/c \rceil \rceil$ cores (the fewest that keep the
@@ -31,8 +31,8 @@ each runs $T(a) / T(1)$ slower than alone (the contention of its memory traffic)
 finish their last q-block the others speed up:
 
 $$
-t = \frac{1}{f_\text{clk}}\Big(L + \max_{\text{core}}
-    \sum_{\text{its q-blocks}} \big(d + T_\text{q-block}(n_\text{tiles})\big)\Big),
+t = \frac{1}{f_{\text{clk}}}\Big(L + \max_{\text{core}}
+\sum_{\text{its q-blocks}} \big(d + T_{\text{q-block}}(n_{\text{tiles}})\big)\Big),
 $$
 
 $L$ the launch overhead, $d$ the dispatch of one q-block, each core's sum in lone-core cycles
@@ -42,7 +42,7 @@ stretched phase by phase by the contention of the cores still running.
 come from HBM, and the Cube cannot go faster than its share $\beta / a$ of the HBM bandwidth.
 
 **Fitted** (:data:`FIT`): the four stage cycles and the launch overhead are pto-isa's own cost
-model constants (``fa_cost_model.py``, ``FitConstants``), taken as they are; $n_\text{port}$ is
+model constants (``fa_cost_model.py``, ``FitConstants``), taken as they are; $n_{\text{port}}$ is
 the one number chosen here, so that the 910B2 at $S = 32768$ takes the measured 3262.6 µs
 (:func:`fit_port_cores`). **Held out**: every other timing in ``flashlab/data/npu_fa_measured.json``.
 """
@@ -76,7 +76,7 @@ MSMODELING = "Huawei msmodeling tensor_cast/device.py (commit 84fec853)"
 
 #: bytes per element of the dtypes the Cube takes at its full rate
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2}
-#: how the kernel moves K/V into L1: its own MTE2 double buffered, or the Matmul API's IterateAll
+#: how the kernel moves K/V into L1 (its own MTE2 double buffered, or the Matmul API's IterateAll)
 STRATEGIES = ("ping_pong", "iterate_all")
 
 
@@ -115,25 +115,44 @@ class ChipModel:
         the cube clock, Hz
     macs_per_cycle
         MACs per cycle of one Cube (16 x 16 x 16)
-    l2_bytes, l2_usable
-        the L2 cache and the share of it K/V may fill
+    l2_bytes
+        the L2 cache, bytes
+    l2_usable
+        the share of the L2 cache K/V may fill
     hbm_bandwidth
         the chip's HBM byte/s (K/V that miss L2)
-    qk_cycles, p_cycles, pv_cycles, gu_cycles
-        cycles of each stage for the reference tile (128 x 256, $D = 128$, fp16), one core alone
-    qk_gm, p_gm, pv_gm, gu_gm
-        the share of each stage that is memory traffic
+    qk_cycles
+        cycles of the Cube's $QK^\\top$ for the reference tile (128 x 256, $D = 128$, fp16), one
+        core alone; ``p_cycles`` (the Vector's softmax), ``pv_cycles`` (the Cube's $PV$) and
+        ``gu_cycles`` (the Vector's update of $O$) likewise
+    p_cycles
+        see ``qk_cycles``
+    pv_cycles
+        see ``qk_cycles``
+    gu_cycles
+        see ``qk_cycles``
+    qk_gm
+        the share of ``qk_cycles`` that is memory traffic; ``p_gm``, ``pv_gm``, ``gu_gm`` likewise
+    p_gm
+        see ``qk_gm``
+    pv_gm
+        see ``qk_gm``
+    gu_gm
+        see ``qk_gm``
     launch_cycles
         the kernel launch overhead, once per kernel
     dispatch_cycles
         the cost of starting one q-block on a core (its block dispatch), once per q-block
     preload
         QK products the Cube runs ahead of the Vector
-    tile_rows, tile_cols, tile_cols_wide
-        the tile: ``tile_rows`` query rows x ``tile_cols`` keys for head dims up to 128,
-        ``tile_cols_wide`` keys beyond (the Vector's UB holds fewer columns of a wider tile)
+    tile_rows
+        query rows of the tile
+    tile_cols
+        keys of the tile for head dims up to 128
+    tile_cols_wide
+        keys of the tile beyond $D = 128$ (the Vector's UB holds fewer columns of a wider tile)
     port_cores
-        $n_\\text{port}$: the active cores the shared memory port serves at a lone core's rate
+        $n_{\\text{port}}$: the active cores the shared memory port serves at a lone core's rate
     l2_core_rate
         byte/cycle one core's MTE2 reads from L2 (a K/V tile the Matmul API loads unhidden)
     iterate_all_exposed
@@ -170,7 +189,7 @@ class ChipModel:
 
     @property
     def peak_flops(self) -> float:
-        """Dense fp16 FLOP/s of the chip: $2 \\cdot 16^3 \\cdot c \\cdot f_\\text{clk}$."""
+        """Dense fp16 FLOP/s of the chip, $2 \\cdot 16^3 \\cdot c \\cdot f_{\\text{clk}}$."""
         # pi = 2 FLOP/MAC * MAC/cycle * cores * Hz
         return 2 * self.macs_per_cycle.value * self.cores.value * self.clock.value
 
@@ -198,7 +217,7 @@ def tile_shape(chip: ChipModel, d_qk: int, d_v: int) -> tuple[int, int]:
 
 
 def contention(chip: ChipModel, active: int) -> float:
-    """$g(a) = \\max(1, a / n_\\text{port})$: how much slower each core's memory traffic runs when
+    """$g(a) = \\max(1, a / n_{\\text{port}})$: how much slower each core's memory traffic runs when
     ``active`` cores share the port than when one runs alone."""
     # g = max(1, a / n_port)
     return max(1.0, active / chip.port_cores.value)
@@ -281,8 +300,12 @@ class Prediction:
         $2 (D_{qk} + D_v)$ per attended (query, key) pair, whole tiles of the mask counted
     cycles_busiest
         cycles of the busiest core's q-blocks (launch excluded)
-    qblocks, waves, active
-        q-blocks in all, $\\lceil \\text{q-blocks} / c \\rceil$, cores that run them
+    qblocks
+        q-blocks in all
+    waves
+        $\\lceil \\text{q-blocks} / c \\rceil$
+    active
+        the cores that run them
     tile
         ``(rows, cols)``
     kv_source
@@ -395,8 +418,8 @@ def with_param(chip: ChipModel, **values: float) -> ChipModel:
 
 
 def fit_port_cores(chip: ChipModel, us: float | None = None) -> float:
-    """$n_\\text{port}$ such that ``chip`` takes ``us`` µs (default: the measured 910B2 time of
-    :data:`FIT`) at the fit shape, by bisection ($t$ falls as $n_\\text{port}$ grows). With a
+    """$n_{\\text{port}}$ such that ``chip`` takes ``us`` µs (default: the measured 910B2 time of
+    :data:`FIT`) at the fit shape, by bisection ($t$ falls as $n_{\\text{port}}$ grows). With a
     time the model cannot reach even with no contention, the cores count (no contention at all)."""
     fit = FIT["chip_time"]
     target = (fit["us"] if us is None else as_real("us", us, lo=0, lo_open=True)) * 1e-6
@@ -480,7 +503,7 @@ _B2 = _fitted(_chip(
     _r(192 * MiB, "B", f"{INI_910B2} [SoCInfo] l2_size = 201326592", "published"),
     _r(1.6e12, "B/s", _HBM, "assumption", 1.2e12, 1.8e12)))
 
-#: the calibrated chips: the 910B2 (fitted) and one die of the 910C (A3), which shares the
+#: the calibrated chips, the 910B2 (fitted) and one die of the 910C (A3), which shares the
 #: 910B2's fitted core and port numbers (the same dav-c220 AI Core) with its own clock
 CHIPS: dict[str, ChipModel] = {
     "910B2": _B2,
