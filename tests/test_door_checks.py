@@ -28,6 +28,8 @@ DOOR_MODULES = ["compat.py", "torch_attention.py"] + sorted(
 
 #: (module, function) -> (number of ValueError/TypeError raises, why the door keeps them)
 ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
+    ("compat.py", "_unpack_qkv"): (1, "qkv's axis 2 holds q, k, v: flash_attn's packed layout "
+                                      "(batch_size, seqlen, 3, nheads, headdim)"),
     # torch: what numpy cannot see
     ("torch_attention.py", "_numpy"): (4, "a torch.Tensor, on the CPU, of a dtype numpy can hold"),
     ("torch_attention.py", "_attention"): (2, "q, k, v, alibi_slopes are torch tensors (before the op)"),
