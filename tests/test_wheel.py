@@ -78,7 +78,9 @@ def test_smoke_from_an_empty_folder(venv_python, tmp_path):
     start = time.perf_counter()
     out = _run([venv_python, HERE / "smoke.py"], cwd=tmp_path)
     print(f"smoke (with the cold Numba compile) in {time.perf_counter() - start:.0f} s")
-    assert "smoke: 9 checks passed" in out.stdout, out.stdout
+    # every check smoke.py lists printed its "ok" line, and the count it prints says as many
+    oks = [line for line in out.stdout.splitlines() if line.startswith("ok ")]
+    assert len(oks) >= 10 and f"smoke: {len(oks)} checks passed" in out.stdout, out.stdout
 
 
 def test_every_notebook_and_handout_runs(venv_python, tmp_path):

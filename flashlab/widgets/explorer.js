@@ -29,7 +29,8 @@
   // (skipped), 1 partial, 2 full. Masked entries are drawn as runs along each row.
   function entryGrid(sq, sk, mask, tiles, opts) {
     const cell = Math.max(3, Math.min(28, Math.floor(440 / Math.max(sq, sk))));
-    const x0 = 46, y0 = 34, W = x0 + sk * cell + 20, H = y0 + sq * cell + 40;
+    // wide enough for the four legend entries under the grid (120 px each) however small the grid
+    const x0 = 46, y0 = 34, W = Math.max(x0 + sk * cell + 20, x0 + 4 * 120), H = y0 + sq * cell + 40;
     let b = rect(x0, y0, sk * cell, sq * cell, 'fill="#FFFFFF" stroke="#999"');
     mask.forEach((row, i) => {
       let j = 0;
