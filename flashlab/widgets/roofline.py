@@ -11,6 +11,7 @@ GPUs are drawn on their roofline only (the calibrated model is of the Ascend ker
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from flashlab import rect
 from flashlab.arguments import as_int, as_real
@@ -56,8 +57,11 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
+@functools.lru_cache(maxsize=None)
 def _calibrated(chip: str, problem: rect.MLAProblem) -> dict:
-    """The calibrated model's estimate of the RECT-FA kernel (every idea) on Ascend ``chip``."""
+    """The calibrated model's estimate of the RECT-FA kernel (every idea) on Ascend ``chip``
+    (it does not depend on the hit rate: computed once per chip and problem, not once per point
+    of the hit-rate sweep; the dict is shared, read-only)."""
     model = calibrated.chip_model(chip)
     opts = rect.kernel_options(IDEAS, problem)
     pred = calibrated.predict(model, problem.batch, problem.heads, problem.seq, problem.seq,
