@@ -7,7 +7,8 @@ reading its inputs from global memory (HBM) and writing its output back:
    whole ``Sq x Sk`` matrix **written to global memory**;
 2. :func:`softmax_kernel`: $P = \operatorname{softmax}(S)$ in place, **one warp per row**
    (its 32 lanes read neighbouring words: a pass for the row max and sum, combined across the
-   lanes, and a pass writing $P$);
+   lanes, both with the fused kernels' per-row update
+   :func:`flashlab.kernels.rowstep.online_row_step`, and a pass writing $P$);
 3. :func:`pv_kernel`: $O = P V$, reading $P$ back.
 
 Kernels 1 and 3 run **the same matmul code as the fused forward**
@@ -37,6 +38,7 @@ from flashlab.gpu.tiles import (
     conflict_free_pad,
     flush,
     next_tile,
+    online_row_step,
     product_ab,
     product_abt,
     stage,
@@ -166,22 +168,24 @@ def softmax_kernel(tile: int, count: bool):
             if i < Sq:
                 for j in range(lane, Sk, WARP):
                     x = s[b, h, i, j]
-                    m_new = max(m, x)
-                    if m_new != -math.inf:
-                        # l <- e^{m - m_new} l + e^{x - m_new}
-                        l = l * math.exp(m - m_new) + math.exp(x - m_new)
-                        m = m_new
+                    # a one-key tile through the fused kernels' per-row update:
+                    # m <- max(m, x), l <- e^{m_old - m} l
+                    m, _, l = online_row_step(m, l, x)
+                    if m != -math.inf:
+                        # l <- e^{m_old - m} l + e^{x - m}
+                        l += math.exp(x - m)
                     reads += 4
             red[w, 0, lane] = m
             red[w, 1, lane] = l
             cuda.syncthreads()
-            # across the lanes: M = max_x m_x,  L = sum_x e^{m_x - M} l_x
+            # across the lanes: M = max_x m_x,  L = sum_x e^{m_x - M} l_x, folding the lanes'
+            # states in one at a time with the same update (M <- max(M, m_x), L <- e^{M_old - M} L)
             big = float32(-math.inf)
-            for x in range(WARP):
-                big = max(big, red[w, 0, x])
             total = float32(0.0)
-            if big != -math.inf:
-                for x in range(WARP):
+            for x in range(WARP):
+                big, _, total = online_row_step(big, total, red[w, 0, x])
+                if big != -math.inf:
+                    # L <- e^{M_old - M} L + e^{m_x - M} l_x
                     total += math.exp(red[w, 0, x] - big) * red[w, 1, x]
             cuda.syncthreads()               # every lane has read red before the next row
             # pass 2: P = e^{S - M} / L (a second read, one write)

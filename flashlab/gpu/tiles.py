@@ -8,6 +8,11 @@ thread moved; a kernel adds them into its thread-local ``reads`` / ``writes`` an
 instrumented build (``count=True``) hands them to ``flush``, which adds them to the kernel's global
 ``counter`` (read, write) once, at the end. In the plain build the local sums are never used and
 the compiler drops them.
+
+``online_row_step`` is :func:`flashlab.kernels.rowstep.online_row_step`, the online softmax's
+per-row update, compiled as a device function from the same source the CPU kernels compile with
+``njit``: a GPU kernel reduces a row's maximum across its lanes itself and hands the scalar
+update to it.
 """
 from __future__ import annotations
 
@@ -17,14 +22,20 @@ from numba import float32, uint64
 
 from flashlab.gpu.target import _simulating
 from flashlab.gpu.target import cuda as _select_target
+from flashlab.kernels.rowstep import online_row_step as _online_row_step
 
 cuda = _select_target()   # the helpers name `cuda` as a module global (the simulator swaps it)
 # the micro-tile products are inlined into the kernel (their register tiles must not go to
 # local memory through a call); the simulator's jit takes no such option
 _INLINE = {} if _simulating(cuda) else {"forceinline": True, "opt": True}
 
-__all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
+__all__ = ["online_row_step", "stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
            "conflict_free_pad", "product_abt", "product_ab", "product_atb", "UNROLL", "unroll_by"]
+
+
+#: ``(m_new, alpha, l_scaled) = online_row_step(m, l, tile_max)`` on the device: the CPU kernels'
+#: source (:mod:`flashlab.kernels.rowstep`); with float32 arguments every result is float32.
+online_row_step = cuda.jit(device=True)(_online_row_step)
 
 
 @cuda.jit(device=True)
