@@ -51,6 +51,7 @@ from flashlab.gpu.tiles import (
     block_heads,
     conflict_free_pad,
     flush,
+    lane_tile,
     online_row_step,
     product_ab,
     product_abt,
@@ -112,7 +113,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
     QS, KS, VS, PS, RED = SH["q"], SH["k"], SH["v"], SH["p"], SH["red"]
     KROWS, VCOLS = KS[0], VS[1]
     LX = LANE_COLS
-    qk = product_abt(TM, TN, DQK)     # S micro-tile += Q_i K_j^T
+    qk = product_abt(TM, TN, DQK, fresh=True)   # S micro-tile = Q_i K_j^T
     pv = product_ab(TM, TD, KROWS)    # O~ micro-tile += P~ V_j
 
     @cuda.jit
@@ -124,9 +125,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
         t = cuda.threadIdx.x
         i0 = qb * BQ
         rows = min(BQ, Sq - i0)
-        # warp w, lane (ty, tx): rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
-        tx = t % LX
-        r0 = (t // WARP) * (LANE_ROWS * TM) + ((t % WARP) // LX) * TM
+        tx, r0 = lane_tile(t, TM)   # rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
         reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         qs = cuda.shared.array(QS, float32)
         ks = cuda.shared.array(KS, float32)
@@ -164,9 +163,6 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
             for e in range(cols * VCOLS + t, KROWS * VCOLS, NT):
                 vs[e // VCOLS, e % VCOLS] = 0.0
             cuda.syncthreads()               # K_j, V_j complete before anyone reads them
-            for r in range(TM):
-                for c in range(TN):
-                    s[r, c] = 0.0
             # S = (scale Q_i) K_j^T   (this lane's TM x TN micro-tile)
             qk(s, qs, r0, ks, tx)
             for r in range(TM):
