@@ -29,13 +29,14 @@ cuda = _select_target()   # the helpers name `cuda` as a module global (the simu
 # local memory through a call); the simulator's jit takes no such option
 _INLINE = {} if _simulating(cuda) else {"forceinline": True, "opt": True}
 
-__all__ = ["online_row_step", "stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
+__all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
            "conflict_free_pad", "lane_tile", "micro_product", "product_abt", "product_ab", "product_atb", "UNROLL",
            "unroll_by"]
 
 
 #: ``(m_new, alpha, l_scaled) = online_row_step(m, l, tile_max)`` on the device: the CPU kernels'
-#: source (:mod:`flashlab.kernels.rowstep`); with float32 arguments every result is float32.
+#: source (:mod:`flashlab.kernels.rowstep`, documented there, so not in ``__all__``); with float32
+#: arguments every result is float32.
 online_row_step = cuda.jit(device=True)(_online_row_step)
 
 
