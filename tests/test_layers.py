@@ -272,6 +272,8 @@ def test_the_rules_catch_a_crossing_and_an_upward_edge():
     assert may_import("flashlab.gpu.attention", "flashlab.validation")
     assert not may_import("flashlab.gpu.attention", "flashlab.api")
     assert not may_import("flashlab.gpu.forward", "flashlab.compat")
+    # the twin compiles the CPU kernels' per-row update (one source, flashlab.kernels.rowstep)
+    assert may_import("flashlab.gpu.tiles", "flashlab.kernels.rowstep")
     assert may_import("flashlab.compat", "flashlab.gpu.attention")
     # and inside a package, its floors
     assert not may_import_within("flashlab.gpu.tiles", "flashlab.gpu.forward")

@@ -89,3 +89,28 @@ def test_the_source_is_scalar_code():
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported == {"__future__", "math"}
+
+
+def test_float32_arguments_give_float32_results():
+    """A float32 GPU kernel must not be widened to float64 by the update: every branch returns the
+    arguments' type (the "nothing yet" branch included; a literal 1.0 would be float64)."""
+    from numba import float32, njit, types
+
+    step = njit(rowstep.online_row_step)
+    step.compile((float32, float32, float32))
+    (sig,) = step.nopython_signatures
+    assert sig.return_type == types.UniTuple(float32, 3)
+
+
+def test_the_gpu_twin_compiles_this_source():
+    """The device function the GPU kernels call (forward, the standard softmax) is built from this
+    module's function, not from a copy; and the kernels call it."""
+    import inspect
+
+    from flashlab.gpu import forward, standard, tiles
+
+    assert tiles.online_row_step.py_func is rowstep.online_row_step
+    assert tile.online_row_step.py_func is rowstep.online_row_step
+    for module in (forward, standard):
+        assert module.online_row_step is tiles.online_row_step
+        assert "online_row_step(" in inspect.getsource(module)

@@ -65,6 +65,7 @@ from flashlab.gpu.tiles import (
     WARP,
     conflict_free_pad,
     flush,
+    lane_tile,
     product_ab,
     product_abt,
     product_atb,
@@ -187,11 +188,11 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     QS, DOS, KS, VS, PS, DSS, RQ = SH["q"], SH["do"], SH["k"], SH["v"], SH["p"], SH["ds"], SH["lse"]
     QROWS, KROWS = QS[0], KS[0]
     LX = LANE_COLS
-    s_of = product_abt(TM, TN, DQK)       # S^T micro-tile  += K_j Q_i^T
-    dp_of = product_abt(TM, TN, DV)       # dP^T micro-tile += V_j dO_i^T
+    s_of = product_abt(TM, TN, DQK, fresh=True)   # S^T micro-tile  = K_j Q_i^T
+    dp_of = product_abt(TM, TN, DV, fresh=True)    # dP^T micro-tile = V_j dO_i^T
     dv_of = product_ab(TM, TDV, QROWS)    # dV_j micro-tile += P^T dO_i
     dk_of = product_ab(TM, TDK, QROWS)    # dK_j micro-tile += dS^T Q_i
-    dq_of = product_atb(TMQ, CH, KROWS)   # dQ_i micro-tile (CH columns) += dS K_j
+    dq_of = product_atb(TMQ, CH, KROWS, fresh=True)   # dQ_i micro-tile (CH columns) = dS K_j
 
     @cuda.jit
     def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, softcap, dq, dk,
@@ -204,12 +205,10 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
         j0 = kb * BK
         cols = min(BK, Sk - j0)              # key rows of this block
         t = cuda.threadIdx.x
-        w, lane = t // WARP, t % WARP
         # warp w, lane (ty, tx): key rows r0 .. r0 + TM - 1, query columns tx + 8 c;
         # for dQ: query rows a0 .. a0 + TMQ - 1, columns tx + 8 e
-        tx = lane % LX
-        r0 = w * (LANE_ROWS * TM) + (lane // LX) * TM
-        a0 = (w * LANE_ROWS + lane // LX) * TMQ
+        tx, r0 = lane_tile(t, TM)
+        a0 = lane_tile(t, TMQ)[1]
         reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         qs = cuda.shared.array(QS, float32)
         dos = cuda.shared.array(DOS, float32)
@@ -268,10 +267,6 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                         reads += 8
                     lse_s[r] = m
                     dd_s[r] = x
-                for r in range(TM):
-                    for c in range(TN):
-                        st[r, c] = 0.0
-                        dpt[r, c] = 0.0
                 # S^T = K_j Q_i^T   (this lane's TM x TN micro-tile: keys x queries)
                 s_of(st, ks, r0, qs, tx)
                 # dP^T = V_j dO_i^T
@@ -307,9 +302,6 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                 dk_of(dk_acc, dsts, r0, qs, tx)
                 # dQ_i += scale dS K_j: CH columns tx + 8 e at a time, added atomically
                 for e0 in range(0, TDK, CH):
-                    for r in range(TMQ):
-                        for e in range(CH):
-                            dq_acc[r, e] = 0.0
                     dq_of(dq_acc, dsts, a0, ks, tx + LX * e0)
                     for r in range(TMQ):
                         if a0 + r < rows:

@@ -18,8 +18,10 @@ tiles live in registers (``python -m flashlab.gpu.inspect`` checks: no local mem
 3. computes its micro-tiles of $S = (\text{scale}\,Q_i) K_j^\top$
    (:func:`flashlab.gpu.tiles.product_abt`), masks them, and folds them into each row's
    online-softmax state $m, \ell, \tilde O$: the row max and row sum are reduced over the 8
-   lanes that share a row through a small shared array; $\tilde P$ goes through a shared tile
-   (each lane needs whole rows of it for $\tilde P V_j$, :func:`flashlab.gpu.tiles.product_ab`);
+   lanes that share a row through a small shared array, and the per-row update of $m$, $\alpha$
+   and $\ell$ is :func:`flashlab.kernels.rowstep.online_row_step`, the CPU kernels' own source
+   compiled as a device function (``flashlab.gpu.tiles.online_row_step``); $\tilde P$ goes
+   through a shared tile (each lane needs whole rows of it for $\tilde P V_j$, :func:`flashlab.gpu.tiles.product_ab`);
 4. writes $O_i = \tilde O / \ell$ and $\mathrm{LSE}_i = m + \log \ell$ once.
 
 Masking is the band test ``i - left <= j <= i + right`` (``causal``: ``right = 0``) on every
@@ -49,6 +51,8 @@ from flashlab.gpu.tiles import (
     block_heads,
     conflict_free_pad,
     flush,
+    lane_tile,
+    online_row_step,
     product_ab,
     product_abt,
     stage,
@@ -109,7 +113,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
     QS, KS, VS, PS, RED = SH["q"], SH["k"], SH["v"], SH["p"], SH["red"]
     KROWS, VCOLS = KS[0], VS[1]
     LX = LANE_COLS
-    qk = product_abt(TM, TN, DQK)     # S micro-tile += Q_i K_j^T
+    qk = product_abt(TM, TN, DQK, fresh=True)   # S micro-tile = Q_i K_j^T
     pv = product_ab(TM, TD, KROWS)    # O~ micro-tile += P~ V_j
 
     @cuda.jit
@@ -121,9 +125,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
         t = cuda.threadIdx.x
         i0 = qb * BQ
         rows = min(BQ, Sq - i0)
-        # warp w, lane (ty, tx): rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
-        tx = t % LX
-        r0 = (t // WARP) * (LANE_ROWS * TM) + ((t % WARP) // LX) * TM
+        tx, r0 = lane_tile(t, TM)   # rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
         reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         qs = cuda.shared.array(QS, float32)
         ks = cuda.shared.array(KS, float32)
@@ -161,9 +163,6 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
             for e in range(cols * VCOLS + t, KROWS * VCOLS, NT):
                 vs[e // VCOLS, e % VCOLS] = 0.0
             cuda.syncthreads()               # K_j, V_j complete before anyone reads them
-            for r in range(TM):
-                for c in range(TN):
-                    s[r, c] = 0.0
             # S = (scale Q_i) K_j^T   (this lane's TM x TN micro-tile)
             qk(s, qs, r0, ks, tx)
             for r in range(TM):
@@ -181,14 +180,13 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
                 red[r0 + r, tx] = mx
             cuda.syncthreads()               # the 8 lanes of each row have their partial max
             for r in range(TM):
-                # m_new = max(m, rowmax(S))   (over the 8 lanes holding row r0 + r)
-                m_new = m[r]
+                # rowmax(S) of row r0 + r: the max over the 8 lanes that hold it
+                tile_max = float32(-math.inf)
                 for x in range(LX):
-                    m_new = max(m_new, red[r0 + r, x])
-                alpha = float32(1.0)
-                if m_new != -math.inf:
-                    # alpha = e^{m - m_new}   (0 when m was -inf: nothing accumulated yet)
-                    alpha = math.exp(m[r] - m_new)
+                    tile_max = max(tile_max, red[r0 + r, x])
+                # m' = max(m, rowmax S), alpha = e^{m - m'}, l <- alpha l: the per-row update the
+                # CPU kernels run (flashlab.kernels.rowstep, compiled for the device)
+                m_new, alpha, l_scaled = online_row_step(m[r], l[r], tile_max)
                 part = float32(0.0)
                 for c in range(TN):
                     p = float32(0.0)
@@ -201,7 +199,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
                 for e in range(TD):
                     # O~ <- alpha O~   (the P~ V_j term is added below)
                     acc[r, e] *= alpha
-                l[r] *= alpha
+                l[r] = l_scaled
                 m[r] = m_new
             cuda.syncthreads()               # P~ and the partial row sums are complete
             for r in range(TM):

@@ -7,7 +7,8 @@ reading its inputs from global memory (HBM) and writing its output back:
    whole ``Sq x Sk`` matrix **written to global memory**;
 2. :func:`softmax_kernel`: $P = \operatorname{softmax}(S)$ in place, **one warp per row**
    (its 32 lanes read neighbouring words: a pass for the row max and sum, combined across the
-   lanes, and a pass writing $P$);
+   lanes (each lane's running max and sum kept by the fused kernels' per-row update
+   :func:`flashlab.kernels.rowstep.online_row_step`), and a pass writing $P$);
 3. :func:`pv_kernel`: $O = P V$, reading $P$ back.
 
 Kernels 1 and 3 run **the same matmul code as the fused forward**
@@ -36,7 +37,9 @@ from flashlab.gpu.tiles import (
     block_heads,
     conflict_free_pad,
     flush,
+    lane_tile,
     next_tile,
+    online_row_step,
     product_ab,
     product_abt,
     stage,
@@ -91,7 +94,7 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
     NT = WARP * NW
     QS, KS = _scores_tiles(tile, d_qk)
     LX = LANE_COLS
-    qk = product_abt(TM, TN, DQK)     # the fused forward's S = Q K^T
+    qk = product_abt(TM, TN, DQK, fresh=True)   # the fused forward's S = Q K^T
 
     @cuda.jit
     def standard_scores_gpu(q, k, scale, left, right, s, counter):
@@ -101,8 +104,7 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
         t = cuda.threadIdx.x
         i0 = cuda.blockIdx.y * T
         rows = min(T, Sq - i0)
-        tx = t % LX
-        r0 = (t // WARP) * (LANE_ROWS * TM) + ((t % WARP) // LX) * TM
+        tx, r0 = lane_tile(t, TM)   # rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
         reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         qs = cuda.shared.array(QS, float32)
         ks = cuda.shared.array(KS, float32)
@@ -118,9 +120,6 @@ def scores_kernel(tile: int, d_qk: int, count: bool):
         for j0 in range(0, Sk, T):
             cols = min(T, Sk - j0)
             reads += next_tile(ks, k, b, hk, j0, cols, t, NT)   # K tile -> shared
-            for r in range(TM):
-                for c in range(TN):
-                    acc[r, c] = 0.0
             # Q_i K_j^T   (this lane's micro-tile)
             qk(acc, qs, r0, ks, tx)
             for r in range(TM):
@@ -166,11 +165,12 @@ def softmax_kernel(tile: int, count: bool):
             if i < Sq:
                 for j in range(lane, Sk, WARP):
                     x = s[b, h, i, j]
-                    m_new = max(m, x)
-                    if m_new != -math.inf:
-                        # l <- e^{m - m_new} l + e^{x - m_new}
-                        l = l * math.exp(m - m_new) + math.exp(x - m_new)
-                        m = m_new
+                    # a one-key tile through the fused kernels' per-row update:
+                    # m <- max(m, x), l <- e^{m_old - m} l
+                    m, _, l = online_row_step(m, l, x)
+                    if m != -math.inf:
+                        # l <- e^{m_old - m} l + e^{x - m}
+                        l += math.exp(x - m)
                     reads += 4
             red[w, 0, lane] = m
             red[w, 1, lane] = l
@@ -222,8 +222,7 @@ def pv_kernel(tile: int, d_v: int, count: bool):
         t = cuda.threadIdx.x
         i0 = cuda.blockIdx.y * T
         rows = min(T, Sq - i0)
-        tx = t % LX
-        r0 = (t // WARP) * (LANE_ROWS * TM) + ((t % WARP) // LX) * TM
+        tx, r0 = lane_tile(t, TM)   # rows r0 .. r0 + TM - 1 of the block, columns tx + 8 c
         reads = writes = 0   # bytes this thread moves (flushed by the counting build only)
         ps = cuda.shared.array(PS, float32)
         vs = cuda.shared.array(VS, float32)

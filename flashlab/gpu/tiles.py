@@ -8,6 +8,11 @@ thread moved; a kernel adds them into its thread-local ``reads`` / ``writes`` an
 instrumented build (``count=True``) hands them to ``flush``, which adds them to the kernel's global
 ``counter`` (read, write) once, at the end. In the plain build the local sums are never used and
 the compiler drops them.
+
+``online_row_step`` is :func:`flashlab.kernels.rowstep.online_row_step`, the online softmax's
+per-row update, compiled as a device function from the same source the CPU kernels compile with
+``njit``: a GPU kernel reduces a row's maximum across its lanes itself and hands the scalar
+update to it.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from numba import float32, uint64
 
 from flashlab.gpu.target import _simulating
 from flashlab.gpu.target import cuda as _select_target
+from flashlab.kernels.rowstep import online_row_step as _online_row_step
 
 cuda = _select_target()   # the helpers name `cuda` as a module global (the simulator swaps it)
 # the micro-tile products are inlined into the kernel (their register tiles must not go to
@@ -24,7 +30,14 @@ cuda = _select_target()   # the helpers name `cuda` as a module global (the simu
 _INLINE = {} if _simulating(cuda) else {"forceinline": True, "opt": True}
 
 __all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS", "WARP",
-           "conflict_free_pad", "product_abt", "product_ab", "product_atb", "UNROLL", "unroll_by"]
+           "conflict_free_pad", "lane_tile", "micro_product", "product_abt", "product_ab", "product_atb", "UNROLL",
+           "unroll_by"]
+
+
+#: ``(m_new, alpha, l_scaled) = online_row_step(m, l, tile_max)`` on the device: the CPU kernels'
+#: source (:mod:`flashlab.kernels.rowstep`, documented there, so not in ``__all__``); with float32
+#: arguments every result is float32.
+online_row_step = cuda.jit(device=True)(_online_row_step)
 
 
 @cuda.jit(device=True)
@@ -78,6 +91,15 @@ WARP = LANE_ROWS * LANE_COLS
 BANKS = 32
 
 
+@cuda.jit(device=True)
+def lane_tile(t, tm):
+    """``(tx, r0)`` of thread ``t`` in a block of warps that own ``4 tm`` consecutive rows each:
+    lane ``(ty, tx)`` of warp ``w`` holds rows ``r0 .. r0 + tm - 1`` of the block and the columns
+    ``tx, tx + 8, ...`` of a tile."""
+    # w = t // 32, (ty, tx) = (lane // 8, lane % 8);  r0 = (4 w + ty) tm
+    return t % LANE_COLS, (t // WARP) * (LANE_ROWS * tm) + ((t % WARP) // LANE_COLS) * tm
+
+
 def _conflicts(addresses) -> int:
     """Bank-conflict degree of one warp access: the most distinct word addresses on one bank."""
     per_bank: dict[int, set[int]] = {}
@@ -115,93 +137,64 @@ def unroll_by(n: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def product_abt(tm: int, tn: int, n: int):
-    """Device function ``f(acc, a, a0, b, b0)``: acc[r, c] += sum_{d < n} a[a0 + r, d] b[b0 + 8 c, d].
+def micro_product(tm: int, tn: int, n: int, a_transposed: bool, b_transposed: bool, fresh: bool):
+    """Device function ``f(acc, a, a0, b, b0)``: one lane's ``(tm, tn)`` register micro-tile of a
+    product of two shared tiles, ``acc[r, c] (+)= sum_{k < n} A[a0 + r, k] B[k, b0 + 8 c]``.
 
-    One lane's ``(tm, tn)`` register micro-tile of ``A B^T`` (``S = Q K^T``, ``dP = dO V^T``);
-    ``a`` and ``b`` are shared tiles. ``tm``, ``tn`` and ``n`` are compile-time constants, so
-    every loop has a constant trip count: the compiler unrolls them and ``acc`` stays in
-    registers. Per step ``d`` the lane loads ``tm + tn`` words and issues ``tm tn`` FFMAs.
+    ``A[i, k]`` is ``a[k, i]`` when ``a_transposed`` (else ``a[i, k]``), ``B[k, j]`` is ``b[j, k]``
+    when ``b_transposed`` (else ``b[k, j]``); ``fresh``: ``acc`` is overwritten (zeroed first),
+    else added to. The flags, ``tm``, ``tn`` and ``n`` are compile-time constants: the layout
+    branches are resolved when the function is compiled, every loop has a constant trip count,
+    the compiler unrolls them and ``acc`` stays in registers. Per step ``k`` the lane loads
+    ``tm + tn`` words and issues ``tm tn`` FFMAs. :func:`product_abt`, :func:`product_ab` and
+    :func:`product_atb` are its three layouts.
     """
     TM, TN, N, U = tm, tn, n, unroll_by(n)
+    AT, BT, FRESH = a_transposed, b_transposed, fresh
 
     @cuda.jit(device=True, **_INLINE)
-    def abt(acc, a, a0, b, b0):
+    def product(acc, a, a0, b, b0):
         x = cuda.local.array(TM, float32)
         y = cuda.local.array(TN, float32)
+        if FRESH:
+            for r in range(TM):
+                for c in range(TN):
+                    acc[r, c] = 0.0
         # unsigned indices: no negative-index wraparound code in the loop
         ua, ub = uint64(a0), uint64(b0)
-        for d0 in range(0, N, U):
+        for k0 in range(0, N, U):
             for u in range(U):      # U steps unrolled: constant shared-memory offsets, one branch
-                d = uint64(d0 + u)
+                k = uint64(k0 + u)
                 for r in range(TM):
-                    x[r] = a[ua + uint64(r), d]
+                    # A[a0 + r, k]
+                    x[r] = a[k, ua + uint64(r)] if AT else a[ua + uint64(r), k]
                 for c in range(TN):
-                    y[c] = b[ub + uint64(LANE_COLS * c), d]
+                    # B[k, b0 + 8 c]
+                    y[c] = b[ub + uint64(LANE_COLS * c), k] if BT else b[k, ub + uint64(LANE_COLS * c)]
                 for r in range(TM):
                     for c in range(TN):
-                        # acc_rc += A_rd B_cd
+                        # acc_rc += A_rk B_kc
                         acc[r, c] += x[r] * y[c]
 
-    return abt
+    return product
 
 
-@lru_cache(maxsize=None)
-def product_ab(tm: int, tn: int, n: int):
-    """Device function ``f(acc, a, a0, b, b0)``: acc[r, e] += sum_{c < n} a[a0 + r, c] b[c, b0 + 8 e].
-
-    One lane's ``(tm, tn)`` register micro-tile of ``A B`` (``O = P V``, ``dQ = dS K``), the
-    same loop structure as :func:`product_abt`, with B read along its rows.
-    """
-    TM, TN, N, U = tm, tn, n, unroll_by(n)
-
-    @cuda.jit(device=True, **_INLINE)
-    def ab(acc, a, a0, b, b0):
-        x = cuda.local.array(TM, float32)
-        y = cuda.local.array(TN, float32)
-        ua, ub = uint64(a0), uint64(b0)
-        for c0 in range(0, N, U):
-            for u in range(U):      # U steps unrolled, as in product_abt
-                c = uint64(c0 + u)
-                for r in range(TM):
-                    x[r] = a[ua + uint64(r), c]
-                for e in range(TN):
-                    y[e] = b[c, ub + uint64(LANE_COLS * e)]
-                for r in range(TM):
-                    for e in range(TN):
-                        # acc_re += A_rc B_ce
-                        acc[r, e] += x[r] * y[e]
-
-    return ab
+def product_abt(tm: int, tn: int, n: int, fresh: bool = False):
+    """:func:`micro_product` of ``A B^T``: acc[r, c] (+)= sum_{d < n} a[a0 + r, d] b[b0 + 8 c, d]
+    (``S = Q K^T``, ``dP = dO V^T``; ``a`` and ``b`` are shared tiles)."""
+    return micro_product(tm, tn, n, False, True, fresh)
 
 
-@lru_cache(maxsize=None)
-def product_atb(tm: int, tn: int, n: int):
-    """Device function ``f(acc, a, a0, b, b0)``: acc[r, e] += sum_{c < n} a[c, a0 + r] b[c, b0 + 8 e].
+def product_ab(tm: int, tn: int, n: int, fresh: bool = False):
+    """:func:`micro_product` of ``A B``: acc[r, e] (+)= sum_{c < n} a[a0 + r, c] b[c, b0 + 8 e]
+    (``O = P V``, ``dV = P^T dO``), B read along its rows."""
+    return micro_product(tm, tn, n, False, False, fresh)
 
-    One lane's ``(tm, tn)`` register micro-tile of ``A^T B`` with ``A`` stored transposed
-    (``dQ = dS K`` from the backward's ``dS^T`` tile): the same loop structure as
-    :func:`product_ab`. The lanes of a warp read ``a[c, a0 + r]`` in one row (4 distinct words,
+
+def product_atb(tm: int, tn: int, n: int, fresh: bool = False):
+    """:func:`micro_product` of ``A^T B`` with ``A`` stored transposed:
+    acc[r, e] (+)= sum_{c < n} a[c, a0 + r] b[c, b0 + 8 e] (``dQ = dS K`` from the backward's
+    ``dS^T`` tile). The lanes of a warp read ``a[c, a0 + r]`` in one row (4 distinct words,
     broadcast to the 8 lanes that share them) and ``b[c, b0 + 8 e]`` in one row: no bank conflict
-    whatever the padding.
-    """
-    TM, TN, N, U = tm, tn, n, unroll_by(n)
-
-    @cuda.jit(device=True, **_INLINE)
-    def atb(acc, a, a0, b, b0):
-        x = cuda.local.array(TM, float32)
-        y = cuda.local.array(TN, float32)
-        ua, ub = uint64(a0), uint64(b0)
-        for c0 in range(0, N, U):
-            for u in range(U):      # U steps unrolled, as in product_abt
-                c = uint64(c0 + u)
-                for r in range(TM):
-                    x[r] = a[c, ua + uint64(r)]
-                for e in range(TN):
-                    y[e] = b[c, ub + uint64(LANE_COLS * e)]
-                for r in range(TM):
-                    for e in range(TN):
-                        # acc_re += A^T_rc B_ce = A_cr B_ce
-                        acc[r, e] += x[r] * y[e]
-
-    return atb
+    whatever the padding."""
+    return micro_product(tm, tn, n, True, False, fresh)

@@ -31,7 +31,10 @@ O &= \textstyle\sum_c e^{m_c - m}\,\tilde O_c \,/\, \ell
 $$
 
 which is the online softmax's own rescaling, applied once per chunk instead of once per
-tile: the result is $\operatorname{softmax}(S)\,V$ whatever the split (in exact arithmetic).
+tile (the merge folds the chunks in one at a time with the forward's per-row update,
+:func:`~flashlab.kernels.rowstep.online_row_step`, each chunk's $m_c$ standing for a tile's
+row max): the result is $\operatorname{softmax}(S)\,V$ whatever the split (in exact
+arithmetic).
 
 **Determinism.** The number of chunks (:func:`kv_splits`) is a function of the shape only,
 never of the thread count, and every sum is taken in a fixed order (tiles in key order within
@@ -59,6 +62,7 @@ from flashlab.kernels.tile import (
     drop_tile,
     finish_scores,
     head_operands,
+    online_row_step,
     rescale_rows,
     score_tile,
 )
@@ -255,28 +259,31 @@ def merge_splits(part_m, part_l, part_acc, part_tiles, drop_threshold, o, lse, r
         i = t % Sq
         hk = h // group
         r = (h % group) * Sq + i
-        # m = max_c m_c
+        # the chunks' states folded in, in chunk order, by the forward's per-row update with the
+        # chunk's max m_c as the tile max: m' = max(m, m_c), alpha = e^{m - m'}, and then
+        # l <- alpha l + e^{m_c - m'} l_c,  O~ <- alpha O~ + e^{m_c - m'} O~_c
         mx = -np.inf
-        for c in range(n_split):
-            mx = max(mx, part_m[b, hk, c, r])
-        row_max[b, h, i] = mx
+        total = 0.0
         out = o[b, h, i]
         out[:] = 0.0
+        for c in range(n_split):
+            m_c = part_m[b, hk, c, r]
+            if m_c == -np.inf:
+                continue   # an empty chunk: l_c = 0, O~_c = 0
+            mx, alpha, total = online_row_step(mx, total, m_c)
+            # w_c = e^{m_c - m'}
+            w = math.exp(m_c - mx)
+            # l <- alpha l + w_c l_c
+            total += w * part_l[b, hk, c, r]
+            for d in range(Dv):
+                # O~ <- alpha O~ + w_c O~_c
+                out[d] = alpha * out[d] + w * part_acc[b, hk, c, r, d]
+        # m = max_c m_c
+        row_max[b, h, i] = mx
         if mx == -np.inf:
             # no allowed key in any chunk: O = 0, LSE = -inf (never e^{-inf + inf} = NaN)
             lse[b, h, i] = -np.inf
         else:
-            total = 0.0
-            for c in range(n_split):
-                if part_m[b, hk, c, r] == -np.inf:
-                    continue   # an empty chunk: l_c = 0, O~_c = 0
-                # w_c = e^{m_c - m}
-                w = math.exp(part_m[b, hk, c, r] - mx)
-                # l = sum_c e^{m_c - m} l_c
-                total += w * part_l[b, hk, c, r]
-                # O~ = sum_c e^{m_c - m} O~_c
-                for d in range(Dv):
-                    out[d] += w * part_acc[b, hk, c, r, d]
             # LSE = m + log(l)
             lse[b, h, i] = mx + math.log(total)
             # O = O~ / l   (and / (1 - p) with dropout: the survivors' scale)

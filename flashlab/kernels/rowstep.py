@@ -38,8 +38,10 @@ def online_row_step(m, l, tile_max):
     # m' = max(m, rowmax(S))
     m_new = tile_max if tile_max > m else m
     if m_new == -math.inf:
-        # no allowed key yet: P~ = 0 and the state stays (m = -inf, l = 0, O~ = 0)
-        return m, 1.0, l
+        # no allowed key yet: P~ = 0 and the state stays (m = -inf, l = 0, O~ = 0); alpha = 1,
+        # written e^{l - l} so that it has l's type (a literal 1.0 is float64 and would widen a
+        # float32 kernel's alpha, and every O~ rescale after it, to double precision)
+        return m, math.exp(l - l), l
     # alpha = e^{m - m'}   (0 when m was -inf)
     alpha = math.exp(m - m_new)
     # l <- alpha l   (the caller adds rowsum(P~))
