@@ -3,7 +3,7 @@ to the calibrated model's stage cycles (:data:`flashlab.pipeline.calibrated.FIT`
 
 The discrete-event simulator (:func:`flashlab.pipeline.schedule.simulate_fa`) times each task
 from the engines of a :class:`~flashlab.pipeline.params.CoreModel`. The uncalibrated profile
-(:data:`flashlab.pipeline.profiles.ASCEND_910B_AI_CORE`) takes its Vector rate, its workspace
+(``flashlab.pipeline.profiles.ASCEND_910B_AI_CORE``) takes its Vector rate, its workspace
 (L2) bandwidth and its Cube start latency from assumptions. Here they are fitted to pto-isa's
 cycles of one reference tile (128 rows x 256 keys, $D = 128$, fp16; ``fa_cost_model.py``):
 $c_{qk}, c_p, c_{pv}, c_{gu}$. With the simulator's task durations
@@ -124,7 +124,7 @@ def _calibrated_core() -> HardwareProfile:
     return dataclasses.replace(base, name="Ascend 910B AI Core (calibrated)", core=new)
 
 
-#: the AI Core profile of the book's pipeline chapter: :data:`ASCEND_910B_AI_CORE` with its Vector
+#: the AI Core profile of the book's pipeline chapter: ``ASCEND_910B_AI_CORE`` with its Vector
 #: rate, workspace bandwidth and Cube start latency fitted to the calibrated model (module docstring)
 ASCEND_910B_CALIBRATED_CORE = _calibrated_core()
 
