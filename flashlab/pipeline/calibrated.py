@@ -63,7 +63,7 @@ from flashlab.pipeline.profiles import INI_910B2
 __all__ = ["PTO", "PTO_README", "PTO_COST_MODEL", "A3_INI", "MSMODELING", "DTYPE_BYTES", "STRATEGIES",
            "ChipModel", "Prediction", "measured", "FIT", "HELD_OUT", "tile_shape", "stage_cycles",
            "contention", "qblock_cycles", "predict", "fit_port_cores", "CHIPS", "chip_model",
-           "with_param", "MECHANISMS"]
+           "with_param", "MECHANISMS", "TARGET", "held_out_errors"]
 
 # --------------------------------------------------------------------------------------------
 # Sources
@@ -419,6 +419,33 @@ def predict(chip: ChipModel, batch: int, heads: int, sq: int, sk: int, d: int, d
     return Prediction(seconds, 2.0 * (d + dv) * pairs, busiest, total_q, waves, active,
                       (rows, cols), "l2" if in_l2 else "hbm", contention(chip, active),
                       cube, vector, "cube" if cube >= vector else "vector")
+
+
+#: the issue's target: within 25 % of the held-out measurements
+TARGET = 0.25
+
+
+def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
+    """The model against both held-out tables of :data:`HELD_OUT`, row by row.
+
+    ``{"multi_core": [...], "few_cores": [...]}``, each row a dict with ``cores``, ``sq``, ``sk``,
+    ``measured_us``, ``model_us``, ``error`` (model / measured - 1) and ``met``
+    ($|\\text{error}| \\le$ :data:`TARGET`). ``multi_core`` is the 24-core table at $S_0 = S_1 = S$
+    (the fitted row included, marked by ``fitted``); ``few_cores`` the README's 1-8 core table,
+    $S_0 = 128 \\times$ cores (one q-block per core), $S_1$ in its columns. fp16, $B = 1$, one head,
+    $D = 128$."""
+    def row(cores: int, sq: int, sk: int, us: float, **extra) -> dict:
+        t = predict(chip, 1, 1, sq, sk, 128, cores=cores).seconds * 1e6
+        # error = model / measured - 1
+        return dict(cores=cores, sq=sq, sk=sk, measured_us=us, model_us=t, error=t / us - 1,
+                    met=abs(t / us - 1) <= TARGET, **extra)
+
+    multi = HELD_OUT["multi_core_910B2"]
+    few = HELD_OUT["few_cores"]
+    return {"multi_core": [row(int(chip.cores.value), r["s"], r["s"], r["pto_us"], fitted=r["s"] == multi["fitted_row"])
+                           for r in multi["rows"]],
+            "few_cores": [row(int(n), 128 * int(n), s1, us) for n, col in few["us"].items()
+                          for s1, us in zip(few["s1"], col)]}
 
 
 def with_param(chip: ChipModel, **values: float) -> ChipModel:
