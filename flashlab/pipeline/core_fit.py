@@ -41,6 +41,7 @@ import functools
 from flashlab.pipeline.calibrated import CHIPS, FIT, PTO_COST_MODEL
 from flashlab.pipeline.params import Engine, HardwareProfile, Param
 from flashlab.pipeline.profiles import ASCEND_910B_AI_CORE
+from flashlab.pipeline.schedule import simulate_fa
 
 __all__ = ["REFERENCE", "fit_rates", "ASCEND_910B_CALIBRATED_CORE", "sim_stage_cycles",
            "reference_qblock"]
@@ -133,7 +134,6 @@ def reference_qblock(tiles: int, profile: HardwareProfile = ASCEND_910B_CALIBRAT
     """The simulation of one q-block of the reference tile against ``tiles`` kv-tiles (ping-pong,
     K/V from L2 as in the calibrated model at one head): a
     :class:`~flashlab.pipeline.simulate.SimResult`."""
-    from flashlab.pipeline.schedule import simulate_fa
     r = REFERENCE
     return simulate_fa(profile, "ping_pong", r["rows"], r["cols"] * tiles, r["d"], r["d"], r["rows"], r["cols"],
                        kv_source="l2")
