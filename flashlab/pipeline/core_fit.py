@@ -110,7 +110,7 @@ def _calibrated_core() -> HardwareProfile:
     cube_latency = Param(fit["cube_latency"] / f, "s", f"the Cube's start latency per chunk, "
                          f"{fit['cube_latency']:.0f} cycles: {src}", "fitted", lat[0] / f, lat[1] / f)
     vector = fitted("vector", "element/s", f, f"{fit['vector']:.0f} element/cycle (both AIV)")
-    exp_rate = Param(vector.value, "exp/s", "derived: exponentials issue at the fitted Vector rate", "derived",
+    exp_rate = Param(vector.value, "exp/s", "exp_rate = the fitted Vector rate (exponentials issue at it)", "derived",
                      vector.low, vector.high)
     workspace = fitted("workspace", "B/s", f, f"the GM workspace (L2) at {fit['workspace']:.0f} byte/cycle")
     new = dataclasses.replace(
