@@ -84,3 +84,9 @@ def test_qblock_time_agrees_with_the_calibrated_model():
         assert 0 <= sim - cal <= FILL_CYCLES, (n, sim, cal)
         if n >= 32:
             assert abs(sim / cal - 1) <= 0.05, (n, sim, cal)
+
+
+def test_fit_refuses_a_core_without_fixpipe():
+    from flashlab.pipeline.profiles import A100_SM
+    with pytest.raises(ValueError, match="base must be an Ascend AI Core"):
+        fit_rates(2487, 2489, 1617, 834, base=A100_SM)

@@ -66,7 +66,8 @@ def fit_rates(qk: float, p: float, pv: float, gu: float, base: HardwareProfile =
     ``cube_latency`` is negative when the derived MAC time and the FixPipe alone exceed ``qk + pv``;
     ``ValueError`` when the Vector's cycles have no solution with positive rates."""
     core = base.core
-    assert core is not None and core.acc_out is not None
+    if core is None or core.acc_out is None:
+        raise ValueError(f"base must be an Ascend AI Core profile (a core model with a FixPipe); got {base.name!r}")
     f = _CLOCK
     lam_v, lam_f = core.vector.latency.value * f, core.acc_out.latency.value * f
     m, n, d = REFERENCE["rows"], REFERENCE["cols"], REFERENCE["d"]
@@ -89,7 +90,8 @@ def fit_rates(qk: float, p: float, pv: float, gu: float, base: HardwareProfile =
 def _calibrated_core() -> HardwareProfile:
     base = ASCEND_910B_AI_CORE
     core = base.core
-    assert core is not None and core.acc_out is not None
+    if core is None or core.acc_out is None:     # ASCEND_910B_AI_CORE has both
+        raise ValueError(f"{base.name} has no FixPipe to calibrate")
     f = _CLOCK
     stages = {s: _ST[s] for s in ("qk", "p", "pv", "gu")}
     fit = fit_rates(**stages)
