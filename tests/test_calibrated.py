@@ -210,3 +210,19 @@ def test_every_verdict_is_recomputed_from_the_model():
     before = rect.compose(p, ())
     after = rect.compose(p, {"native_v"})
     assert vendor.row("fa_forward").estimates["pipeline"].low == pytest.approx(before.kernel / after.kernel)
+
+
+def test_prediction_carries_the_steady_state_cycles():
+    # the fields are the stage cycles at the prediction's contention, and name the engine waited on
+    from flashlab.pipeline import calibrated as cal
+    chip = cal.CHIPS["910B2"]
+    for sq, causal in ((32768, False), (1024, False), (4096, True)):
+        pred = cal.predict(chip, 1, 1, sq, sq, 128, causal=causal)
+        st = cal.stage_cycles(chip, *pred.tile, 128, 128, pred.g)
+        assert pred.cube_cycles == pytest.approx(st["qk"] + st["pv"])
+        assert pred.vector_cycles == pytest.approx(st["p"] + st["gu"])
+        assert pred.waits_on == ("cube" if pred.cube_cycles >= pred.vector_cycles else "vector")
+    # the reference tile alone: the Cube's 2487 + 1617 against the Vector's 2489 + 834
+    one = cal.predict(chip, 1, 1, 128, 256, 128)
+    assert one.waits_on == "cube" and one.cube_cycles == pytest.approx(cal.FIT["stage_cycles"]["qk"]
+                                                                      + cal.FIT["stage_cycles"]["pv"])

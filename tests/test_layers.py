@@ -66,6 +66,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
             ("flashlab.pipeline.graph_builder",),
             ("flashlab.pipeline.loads",),
             ("flashlab.pipeline.schedule",),
+            ("flashlab.pipeline.core_fit",),
             ("flashlab.pipeline.timing", "flashlab.pipeline.settings", "flashlab.pipeline.__init__"),
         ],
     },

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flashlab.pipeline.core_fit import ASCEND_910B_CALIBRATED_CORE
 from flashlab.pipeline.params import Param, params
 from flashlab.pipeline.profiles import ASCEND_910B, ASCEND_910B_AI_CORE, citation
 
@@ -14,7 +15,8 @@ BIB = (Path(__file__).resolve().parent.parent / "book" / "references.bib").read_
 KEYS = set(re.findall(r"@\w+\{([^,]+),", BIB))
 
 
-@pytest.mark.parametrize("profile", [ASCEND_910B, ASCEND_910B_AI_CORE], ids=["chip", "core"])
+@pytest.mark.parametrize("profile", [ASCEND_910B, ASCEND_910B_AI_CORE, ASCEND_910B_CALIBRATED_CORE],
+                         ids=["chip", "core", "calibrated core"])
 def test_every_ascend_number_is_sourced(profile):
     for name, p in params(profile):
         if p.status == "published":

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
+from flashlab.pipeline.core_fit import ASCEND_910B_CALIBRATED_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
     ROPE_DIM,
@@ -35,7 +35,7 @@ def _close_figures():
 
 # ---------------------------------------------------------------------- settings and profile
 def test_core_profile_moves_mte2_and_mte3_only():
-    base = ASCEND_910B_AI_CORE
+    base = ASCEND_910B_CALIBRATED_CORE     # the profile the settings (and the book) use
     p = core_profile(3.2)
     # beta_core = 3.2 TB/s / 24
     assert p.core.load.rate.value == pytest.approx(3.2e12 / 24)
@@ -64,7 +64,7 @@ def test_settings_map_to_the_simulator():
     assert info["steps"] == 5 and info["seq_q"] == 64 and info["seq_kv"] == 5 * 128
     assert r.graph.pools["L1.B"] == 3
     # the same numbers as calling the simulator directly
-    direct = simulate_fa(ASCEND_910B_AI_CORE, "n_buffers", 64, 640, 192, 128, 64, 128,
+    direct = simulate_fa(ASCEND_910B_CALIBRATED_CORE, "n_buffers", 64, 640, 192, 128, 64, 128,
                          n_buffers=3, pad_v=True, split_rope=ROPE_DIM)
     assert r.makespan == pytest.approx(direct.makespan, rel=1e-12)
     # n_buffers is ignored by the strategies with a fixed buffer count

@@ -63,7 +63,7 @@ from flashlab.pipeline.profiles import INI_910B2
 __all__ = ["PTO", "PTO_README", "PTO_COST_MODEL", "A3_INI", "MSMODELING", "DTYPE_BYTES", "STRATEGIES",
            "ChipModel", "Prediction", "measured", "FIT", "HELD_OUT", "tile_shape", "stage_cycles",
            "contention", "qblock_cycles", "predict", "fit_port_cores", "CHIPS", "chip_model",
-           "with_param", "MECHANISMS"]
+           "with_param", "MECHANISMS", "TARGET", "held_out_errors"]
 
 # --------------------------------------------------------------------------------------------
 # Sources
@@ -312,6 +312,13 @@ class Prediction:
         ``"l2"`` or ``"hbm"``
     g
         the contention factor $g(a)$
+    cube_cycles
+        the Cube's steady-state cycles per tile, $t_{qk} + t_{pv}$, while the ``active`` cores run
+    vector_cycles
+        the Vector's, $t_p + t_{gu}$
+    waits_on
+        the engine the steady state waits on, $\\max(t_{qk} + t_{pv},\\ t_p + t_{gu})$:
+        ``"cube"`` or ``"vector"``
     """
 
     seconds: float
@@ -323,6 +330,9 @@ class Prediction:
     tile: tuple[int, int]
     kv_source: str
     g: float
+    cube_cycles: float
+    vector_cycles: float
+    waits_on: str
 
     @property
     def tflops(self) -> float:
@@ -371,13 +381,17 @@ def predict(chip: ChipModel, batch: int, heads: int, sq: int, sk: int, d: int, d
     depth = int(chip.preload.value)
 
     @functools.lru_cache(maxsize=None)
+    def stages(a: int) -> dict[str, float]:
+        # the stage cycles while a cores run: contention g(a), K/V from HBM at beta / a when they miss L2
+        share = None if in_l2 else chip.hbm_bandwidth.value / a
+        return stage_cycles(chip, rows, cols, d, dv, contention(chip, a), elem=elem, strategy=strategy,
+                            split=split, hbm_share=share)
+
+    @functools.lru_cache(maxsize=None)
     def per_qblock(n: int, a: int) -> float:
         # a q-block of n tiles while a cores run: its dispatch, then its pipeline (fill, steady
-        # state, drain) at contention g(a), K/V from HBM at beta / a when they miss L2
-        share = None if in_l2 else chip.hbm_bandwidth.value / a
-        st = stage_cycles(chip, rows, cols, d, dv, contention(chip, a), elem=elem, strategy=strategy,
-                          split=split, hbm_share=share)
-        return chip.dispatch_cycles.value + qblock_cycles(st, n, depth)
+        # state, drain)
+        return chip.dispatch_cycles.value + qblock_cycles(stages(a), n, depth)
 
     # the q-blocks longest first, dealt to the cores in a snake (0 .. c-1, c-1 .. 0, ...): each
     # core's work in lone-core cycles
@@ -399,8 +413,39 @@ def predict(chip: ChipModel, batch: int, heads: int, sq: int, sk: int, d: int, d
     seconds = (chip.launch_cycles.value + busiest) / chip.clock.value
     # FLOPs: 2 (d + dv) per attended pair
     pairs = batch * heads * (int(np.minimum(tiles * cols, sk).sum()) * rows if causal else sq * sk)
+    # steady state of a tile: max(t_qk + t_pv, t_p + t_gu), the Cube's stages against the Vector's
+    st = stages(active)
+    cube, vector = st["qk"] + st["pv"], st["p"] + st["gu"]
     return Prediction(seconds, 2.0 * (d + dv) * pairs, busiest, total_q, waves, active,
-                      (rows, cols), "l2" if in_l2 else "hbm", contention(chip, active))
+                      (rows, cols), "l2" if in_l2 else "hbm", contention(chip, active),
+                      cube, vector, "cube" if cube >= vector else "vector")
+
+
+#: the issue's target: within 25 % of the held-out measurements
+TARGET = 0.25
+
+
+def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
+    """The model against both held-out tables of :data:`HELD_OUT`, row by row.
+
+    ``{"multi_core": [...], "few_cores": [...]}``, each row a dict with ``cores``, ``sq``, ``sk``,
+    ``measured_us``, ``model_us``, ``error`` (model / measured - 1) and ``met``
+    ($|\\text{error}| \\le$ :data:`TARGET`). ``multi_core`` is the 24-core table at $S_0 = S_1 = S$
+    (the fitted row included, marked by ``fitted``); ``few_cores`` the README's 1-8 core table,
+    $S_0 = 128 \\times$ cores (one q-block per core), $S_1$ in its columns. fp16, $B = 1$, one head,
+    $D = 128$."""
+    def row(cores: int, sq: int, sk: int, us: float, **extra) -> dict:
+        t = predict(chip, 1, 1, sq, sk, 128, cores=cores).seconds * 1e6
+        # error = model / measured - 1
+        return dict(cores=cores, sq=sq, sk=sk, measured_us=us, model_us=t, error=t / us - 1,
+                    met=abs(t / us - 1) <= TARGET, **extra)
+
+    multi = HELD_OUT["multi_core_910B2"]
+    few = HELD_OUT["few_cores"]
+    return {"multi_core": [row(int(chip.cores.value), r["s"], r["s"], r["pto_us"], fitted=r["s"] == multi["fitted_row"])
+                           for r in multi["rows"]],
+            "few_cores": [row(int(n), 128 * int(n), s1, us) for n, col in few["us"].items()
+                          for s1, us in zip(few["s1"], col)]}
 
 
 def with_param(chip: ChipModel, **values: float) -> ChipModel:

@@ -6,7 +6,8 @@
 - :func:`simulate_settings` simulates it (:func:`flashlab.pipeline.schedule.simulate_fa`);
   :func:`run_settings` adds the ``iterate_all`` baseline of the same shape and the speedup;
   :func:`summary` states the outcome in one line.
-- :func:`core_profile`: the Ascend 910B AI Core profile with the chip's HBM bandwidth moved;
+- :func:`core_profile`: the calibrated Ascend 910B AI Core profile
+  (:data:`flashlab.pipeline.core_fit.ASCEND_910B_CALIBRATED_CORE`) with the chip's HBM bandwidth moved;
   MTE2 (GM -> L1) and MTE3 (UB -> GM) get a 1/24 share of it each, as in
   :mod:`flashlab.pipeline.hardware`.
 
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 
 from flashlab.arguments import as_int, as_real
 from flashlab.pipeline.buffers import STRATEGIES
+from flashlab.pipeline.core_fit import ASCEND_910B_CALIBRATED_CORE
 from flashlab.pipeline.hardware import (
     ASCEND_910B,
-    ASCEND_910B_AI_CORE,
     ASCEND_910B_CORES,
     HardwareProfile,
     with_hbm_bandwidth,
@@ -49,7 +50,7 @@ DEFAULT_HBM_TB_S = ASCEND_910B.hbm_bandwidth.value / 1e12
 
 
 def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
-                 base: HardwareProfile = ASCEND_910B_AI_CORE) -> HardwareProfile:
+                 base: HardwareProfile = ASCEND_910B_CALIBRATED_CORE) -> HardwareProfile:
     """The AI Core profile ``base`` with the chip's HBM bandwidth set to ``hbm_tb_s`` TB/s.
 
     One core's share, $\\beta_{core} = \\beta_{chip} / 24$, becomes the profile's

@@ -67,13 +67,7 @@ def _calibrated(chip: str, problem: rect.MLAProblem) -> dict:
     pred = calibrated.predict(model, problem.batch, problem.heads, problem.seq, problem.seq,
                               problem.d_qk, opts["dv"], causal=problem.causal, dtype="bfloat16",
                               strategy=opts["strategy"], split=opts["split"])
-    rows, cols = pred.tile
-    share = None if pred.kv_source == "l2" else model.hbm_bandwidth.value / pred.active
-    st = calibrated.stage_cycles(model, rows, cols, problem.d_qk, opts["dv"], pred.g,
-                                 strategy=opts["strategy"], split=opts["split"], hbm_share=share)
-    # steady state of a tile: max(t_qk + t_pv, t_p + t_gu), the Cube's stages against the Vector's
-    cube, vector = st["qk"] + st["pv"], st["p"] + st["gu"]
-    engine = "the Cube (QK and PV)" if cube >= vector else "the Vector (softmax and O update)"
+    engine = "the Cube (QK and PV)" if pred.waits_on == "cube" else "the Vector (softmax and O update)"
     return {"seconds": pred.seconds, "flops": pred.flops, "kv_source": pred.kv_source,
             "engine": engine, "share_of_peak": pred.flops / pred.seconds / model.peak_flops}
 
