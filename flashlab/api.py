@@ -171,7 +171,7 @@ def _forward(p: Problem, check_overflow: bool | None
     """:func:`forward_with_stats`, plus the problem with k and v scanned (or checked by the
     decode kernel as it read them)."""
     decode = uses_decode(p)
-    if not p.kv_scanned and not decode:
+    if p.lazy_kv and not decode:      # K and V left to the kernel, and this one does not check
         p = scan_kv(p)
     ct = compute_dtype(p.dtype)
     if check_overflow is None:
@@ -199,8 +199,8 @@ def _check_every_tile(p: Problem, ct) -> bool:
     when :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and
     whenever K was not scanned (a decode forward checks K as it reads it, so there is no norm
     to bound the scores with): testing a tile costs ~1/D of computing it, a scan of K for
-    the bound a whole pass over K (~5 us of the torch door's (1, 16, 1, 8) step)."""
-    return scores_may_overflow(p, ct) if p.kv_scanned else True
+    the bound a whole pass over K."""
+    return True if p.k_sq_norm is None else scores_may_overflow(p, ct)
 
 
 def uses_decode(p: Problem) -> bool:
@@ -228,19 +228,18 @@ def _decode_forward(p: Problem, q, k, v, options: TileOptions, ct, o, lse, row_m
     nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
     kernels.decode(q, k, v, n_split, part_m, part_l, part_acc, part_tiles, overflow, nonfinite,
                    options)
-    if not p.kv_scanned:
-        # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
-        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN), and the
-        # kernel flags both in ``nonfinite``. Only then are the whole of K and V scanned, for
-        # the message; the key rows the band kept the kernel from reading are scanned here
-        # (none without causal/window).
-        if np.count_nonzero(nonfinite):
-            scan_kv(p)              # raises: the message names k or v
-        else:
-            kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
-            if kb0 > 0 or kb1 * p.block_k < Sk:     # some key rows were not read
-                scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
-                        else (0, 0))
+    # K and V of a decode problem (Problem.lazy_kv) are checked as the kernel reads them: a
+    # NaN/inf in K gives a non-finite score, one in V a non-finite partial output (P~ = 0
+    # times inf is NaN), and the kernel flags both in ``nonfinite``. Only then are the whole
+    # of K and V scanned, for the message; the key rows the band kept the kernel from reading
+    # are scanned here (none without causal/window).
+    if np.count_nonzero(nonfinite):
+        scan_kv(p)              # raises: the message names k or v
+    else:
+        kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
+        if kb0 > 0 or kb1 * p.block_k < Sk:     # some key rows were not read
+            scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
+                    else (0, 0))
     _raise_on_overflow(p, overflow, ct)
     tiles = np.zeros(B * H, dtype=np.int64)
     kernels.merge(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
@@ -323,10 +322,8 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
                 q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
                 alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
                 seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
-                door=door,
-                # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
-                # kernel as it reads them
-                scan_kv=False)
+                # a short query's k and v: checked by the decode kernel as it reads them
+                lazy_kv=True, door=door)
     o, lse, _ = forward_for_backward(p)
     return o, lse
 
@@ -335,26 +332,24 @@ def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
     """The forward of a training step on a validated problem: ``(o, lse, p)``, o in the inputs'
     dtype, and the problem to hand to :func:`backward_from_forward`.
 
-    ``p`` comes from :func:`~flashlab.validation.prepare` (``scan_kv=False`` is fine: k and v
-    are scanned here, or checked by the decode kernel as it reads them).
+    ``p`` comes from :func:`~flashlab.validation.prepare` (a :attr:`~flashlab.validation.Problem.lazy_kv`
+    problem has k and v scanned here, or checked by the decode kernel as it reads them).
     """
     o, lse, _, _, p = _forward(p, None)
     return o.astype(p.dtype, copy=False), lse, p
 
 
-def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False, own_lse: bool = False
-                          ) -> tuple[np.ndarray, ...]:
+def backward_from_forward(p: Problem, do, o, lse) -> tuple[np.ndarray, ...]:
     """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
     with the default tiles :data:`~flashlab.tiling.BACKWARD_BLOCK`: q, k, v and the options are not validated
     again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
 
-    ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
-    q's dtype, finite), and ``o`` and ``lse`` too, unless ``own_o`` / ``own_lse``: the very
-    arrays the forward returned. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
+    ``do``, ``o`` and ``lse`` are checked as :func:`flash_attention_backward` checks them
+    (what this call adds to the checked problem). Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
     operands) in the inputs' dtype.
     """
     p = p.with_blocks(*BACKWARD_BLOCK)
-    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o, own_lse=own_lse)
+    grads, _ = backward_with_tiles(p, do, o, lse)
     return tuple(g.astype(p.dtype, copy=False) for g in grads)
 
 
@@ -383,14 +378,13 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
-                        door: Door | None = None, own_o: bool = False, own_lse: bool = False
-                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+                        door: Door | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Run the backward kernels on a validated problem (``door``: whose names the messages
     about ``do``, ``o``, ``lse`` use).
 
-    ``own_o=True`` / ``own_lse=True``: ``o`` / ``lse`` is the forward's own output for ``p``
-    (:func:`backward_from_forward` with a :class:`flashlab.compat.ForwardState`), not checked
-    again; ``do`` always is.
+    ``do``, ``o`` and ``lse`` are checked here (:func:`~flashlab.validation.backward_operands`);
+    K and V of a :attr:`~flashlab.validation.Problem.lazy_kv` problem are scanned first (the
+    backward kernel does not check what it reads).
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -399,7 +393,9 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o, own_lse=own_lse)
+    do, o, lse = backward_operands(p, do, o, lse, door)
+    if p.lazy_kv:
+        p = scan_kv(p)
     lse_dtype = lse.dtype           # a float32 lse of a float64 forward: float32's tolerance
     q, k, v, do, o, lse = _as_compute(ct, p.q, p.k, p.v, do, o, lse)
     bias = p.bias

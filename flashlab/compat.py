@@ -96,6 +96,7 @@ from flashlab.validation import (
     operands,
     packed_sequences,
     prepare,
+    prepare_like,
 )
 
 __all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
@@ -371,8 +372,8 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
         Sk = kh.shape[2]
         opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                         deterministic, seed, B, H)
-        # k and v are scanned by the forward (or checked by the decode kernel as it reads them)
-        p = prepare(qh, kh, vh, scan_kv=False, door=FLASH_ATTN,
+        # a short query's k and v: checked by the decode kernel as it reads them
+        p = prepare(qh, kh, vh, lazy_kv=True, door=FLASH_ATTN,
                     **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
         if key is not None:
             if len(_PLANS) >= _PLANS_MAX:
@@ -385,10 +386,10 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
             seed = check_seed("seed", seed)
         if seed != opts.seed:
             opts = dataclasses.replace(opts, seed=seed)
-        # the per-call part of prepare (k and v: scanned by the forward, as above); as
-        # kernel_kwargs: the seed reaches the kernels with dropout only
-        p = template.with_operands(_bhsd(q), _bhsd(k), _bhsd(v), FLASH_ATTN,
-                                   seed=seed if template.dropout_p > 0 else None)
+        # the per-call part of prepare; as kernel_kwargs: the seed reaches the kernels with
+        # dropout only
+        p = prepare_like(template, _bhsd(q), _bhsd(k), _bhsd(v), door=FLASH_ATTN,
+                         seed=seed if template.dropout_p > 0 else None)
     o, lse, p = forward_for_backward(p)
     return _bshd(o), lse, ForwardState(p, o, lse), opts
 
@@ -408,20 +409,18 @@ def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
 
 def backward_from_state(state: ForwardState, dout, softmax_lse=None) -> tuple[np.ndarray, ...]:
     """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
-    :func:`flash_attn_func_backward` computes, from its ``state`` (not checked again beyond
-    :func:`flashlab.api.backward_from_forward`'s checks of ``dout``; ``o`` is the forward's
-    own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype. ``softmax_lse``:
-    the forward's own when None (not checked: the torch door's, which its caller never saw),
-    else a caller's LSE, checked.
+    :func:`flash_attn_func_backward` computes, from its ``state``: q, k, v and the options
+    are the checked problem's; what this call adds (``dout``, and the ``o`` and LSE it reads)
+    is checked by :func:`flashlab.api.backward_from_forward`. ``dout`` (batch_size, seqlen_q,
+    nheads, headdim_v) in q's dtype. ``softmax_lse``: the forward's own when None, else a
+    caller's LSE.
 
     The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
     the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
     autograd, which reads any strides).
     """
-    own_lse = softmax_lse is None
     grads = backward_from_forward(state.problem, _bhsd(dout), state.o,
-                                  state.lse if own_lse else softmax_lse, own_o=True,
-                                  own_lse=own_lse)
+                                  state.lse if softmax_lse is None else softmax_lse)
     return tuple(g.transpose(0, 2, 1, 3) for g in grads)
 
 

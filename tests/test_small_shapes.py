@@ -28,7 +28,7 @@ from flashlab.kernels import backward as kb
 from flashlab.kernels import decode as kd
 from flashlab.kernels import forward as kf
 from flashlab.numba_cache import serial_twin
-from flashlab.validation import prepare
+from flashlab.validation import prepare, prepare_like
 
 #: (B, H, Hkv, Sq, Sk, Dqk, Dv): odd lengths, GQA/MQA, Dv != Dqk, decode-sized and tiled queries
 SHAPES = [
@@ -366,11 +366,11 @@ def test_problem_shape_and_threshold_follow_every_copy():
 
     from flashlab.dropout import keep_threshold
     x = make_qkv(1, 2, 1, 7, 129, 16, 8)
-    p = prepare(**x, dropout_p=0.25, seed=1, scan_kv=False)
+    p = prepare(**x, dropout_p=0.25, seed=1)
     assert p.shape == (1, 2, 1, 7, 129, 16, 8) and p.drop_threshold == keep_threshold(0.25)
     assert dataclasses.replace(p, dropout_p=0.5).drop_threshold == keep_threshold(0.5)
     y = make_qkv(1, 2, 1, 7, 33, 16, 4)
-    copy = p.with_operands(y["q"], y["k"], y["v"])
+    copy = prepare_like(p, y["q"], y["k"], y["v"])
     assert copy.shape == (1, 2, 1, 7, 33, 16, 4) and p.shape == (1, 2, 1, 7, 129, 16, 8)
     assert p.with_blocks(4, 8).shape == p.shape
     assert api.scan_kv(p).shape == p.shape
@@ -393,15 +393,17 @@ def test_backward_from_state_uses_its_own_lse_unless_given_one():
 
 
 def test_a_backward_after_a_decode_forward_tests_every_tile():
-    """A decode forward checks K as it reads it and leaves no norm of K, so the backward tests
-    every recomputed tile for overflow (a few query rows: cheaper than a pass over K), while
-    a scanned problem keeps the norm bound."""
+    """A decode forward checks K as it reads it and leaves no norm of K: a kernel run on that
+    problem tests every recomputed tile for overflow, while a scanned problem (the default
+    prepare, or scan_kv's copy, which the backward makes of a lazy problem) keeps the bound."""
     x = make_qkv(1, 2, 1, 4, 300, 8, 8)
-    p = prepare(**x, scan_kv=False)
+    p = prepare(**x, lazy_kv=True)
     _, _, p_after = api.forward_for_backward(p)
     assert api.uses_decode(p) and p_after.k_sq_norm is None
     assert api._check_every_tile(p_after, np.float32)
-    assert not api._check_every_tile(prepare(**x), np.float32)    # small values: bounded
+    # small values: bounded
+    assert not api._check_every_tile(prepare(**x), np.float32)
+    assert not api._check_every_tile(api.scan_kv(p_after), np.float32)
 
 
 def test_kernels_carry_no_formatted_error_messages(monkeypatch):
