@@ -132,8 +132,10 @@ class Problem:
 
     def with_blocks(self, block_q: int, block_k: int) -> Problem:
         """The problem with tiles ``block_q x block_k``, clamped to the lengths as :func:`prepare`
-        clamps them (a tile larger than the problem is the problem); ``self`` if unchanged."""
-        block_q, block_k = min(block_q, self.q.shape[2]), min(block_k, self.k.shape[2])
+        clamps them (a tile larger than the problem is the problem; each an int >= 1, checked
+        here); ``self`` if unchanged."""
+        block_q = min(_positive_int("block_q", block_q), self.q.shape[2])
+        block_k = min(_positive_int("block_k", block_k), self.k.shape[2])
         if (block_q, block_k) == (self.block_q, self.block_k):
             return self
         return self._with(block_q=block_q, block_k=block_k)

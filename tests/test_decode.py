@@ -92,7 +92,7 @@ def _tiled(x: dict, **opts) -> tuple:
     saved = api.uses_decode
     api.uses_decode = lambda p: False
     try:
-        return api.forward_with_stats(p)
+        return api.flash_attention(problem=p, stats=True)
     finally:
         api.uses_decode = saved
 
@@ -109,7 +109,7 @@ def test_same_tiles_and_result_as_the_tiled_forward(kind):
         opts["mask"][1, ..., 64:256] = True
     p = prepare(**x, **opts)
     assert api.uses_decode(p)
-    o, lse, row_max, tiles = api.forward_with_stats(p)
+    o, lse, row_max, tiles = api.flash_attention(problem=p, stats=True)
     o2, lse2, row_max2, tiles2 = _tiled(x, **opts)
     np.testing.assert_array_equal(tiles, tiles2)
     np.testing.assert_allclose(o, o2, atol=2e-6)
@@ -196,7 +196,7 @@ def test_decode_skips_the_kv_scan_and_the_tiled_forward_does_it():
     assert not prepare(**x).lazy_kv and prepare(**x).k_sq_norm is not None
     p = prepare(**x, lazy_kv=True)
     assert p.lazy_kv and p.k_sq_norm is None
-    api.forward_with_stats(p)
+    api.flash_attention(problem=p, stats=True)
     assert p.k_sq_norm is None                                # decode: checked in the kernel
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.k_sq_norm = 1.0
