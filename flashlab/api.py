@@ -5,9 +5,13 @@ float64 only, which keeps Numba's compile time to two signatures); ``o`` comes b
 inputs' dtype and ``lse`` in the compute dtype: float64 for float64 inputs (so float64
 gradients reach float64 accuracy), float32 otherwise.
 
-:func:`forward_with_stats` and :func:`backward_with_tiles` run the kernels on a validated
-:class:`~flashlab.validation.Problem` and return what the public functions drop (the row max,
-the tiles computed); :mod:`flashlab.cann` and the tests build on them.
+One forward (:func:`flash_attention`) and one backward (:func:`flash_attention_backward`);
+the paths a caller may want are choices inside them: ``problem=`` runs a problem checked once
+already (:func:`flashlab.validation.prepare`: a training step's backward, a door that cuts one
+call into several), ``stats=True`` / ``tiles=True`` also return what the kernels count (the row
+max, the tiles computed; :mod:`flashlab.cann` and the tests read them). Which build of the
+kernels runs (serial for small problems, :data:`SMALL_WORK`) and whether the split-KV decode
+kernel serves a short query are chosen inside, from the problem.
 """
 from __future__ import annotations
 
@@ -38,10 +42,6 @@ from flashlab.validation import (
 # the default tiles are re-exported here because the book reads them as flashlab.api.FORWARD_BLOCK
 
 __all__ = ["flash_attention", "flash_attention_backward", "tiles_computed", "compute_dtype",
-           "forward_with_stats", "backward_with_tiles", "uses_decode", "kernels_for", "Kernels",
-           "tile_options",
-           "PARALLEL", "SERIAL",
-           "forward_for_backward", "backward_from_forward",
            "SMALL_WORK", "FORWARD_BLOCK", "BACKWARD_BLOCK", "LSE_TOLERANCE"]
 
 #: the backward's outputs that a problem without RoPE / without ``want_dbias`` has (dq_rope 4-D;
@@ -58,7 +58,7 @@ def _as_compute(ct, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 #: problems with at most this much work (B H Sq Sk (Dqk + Dv) multiply-adds) run the serial
-#: builds of the kernels (:func:`kernels_for`): waking the pool costs more than the work
+#: builds of the kernels (``kernels_for``): waking the pool costs more than the work
 SMALL_WORK = 1 << 22
 
 
@@ -153,25 +153,19 @@ def _raise_on_foreign_lse(p: Problem, lse_row: np.ndarray, lse_sum: np.ndarray, 
         "the forward returned with this o, for the same q, k, v and options.")
 
 
-def forward_with_stats(p: Problem, *, check_overflow: bool | None = None
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Run the forward kernel on a validated problem.
-
-    Returns ``(o, lse, row_max, tiles_done)``: o (B, H, Sq, Dv), lse and row_max (B, H, Sq),
-    all in the compute dtype (row_max = the final running max, CANN's ``softmax_max``);
-    tiles_done (B * H * n_qblocks,) int64. Raises ``ValueError`` if a score overflows.
-    ``check_overflow``: test every tile (True), none (False, for tests that plant NaN on
-    purpose) or only when :func:`~flashlab.validation.scores_may_overflow` says so (None).
-    """
-    return _forward(p, check_overflow)[:4]
-
-
 def _forward(p: Problem, check_overflow: bool | None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Problem]:
-    """:func:`forward_with_stats`, plus the problem with k and v scanned (or checked by the
-    decode kernel as it read them)."""
+    """Run the forward kernel on a checked problem: ``(o, lse, row_max, tiles_done, p)``.
+
+    o (B, H, Sq, Dv), lse and row_max (B, H, Sq), all in the compute dtype (row_max = the
+    final running max, CANN's ``softmax_max``); tiles_done (B * H * n_qblocks,) int64; ``p``
+    with k and v scanned (or checked by the decode kernel as it read them). Raises
+    ``ValueError`` if a score overflows. ``check_overflow``: test every tile (True), none
+    (False, for tests that plant NaN on purpose) or only when
+    :func:`~flashlab.validation.scores_may_overflow` says so (None).
+    """
     decode = uses_decode(p)
-    if not p.kv_scanned and not decode:
+    if p.lazy_kv and not decode:      # K and V left to the kernel, and this one does not check
         p = scan_kv(p)
     ct = compute_dtype(p.dtype)
     if check_overflow is None:
@@ -199,8 +193,8 @@ def _check_every_tile(p: Problem, ct) -> bool:
     when :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and
     whenever K was not scanned (a decode forward checks K as it reads it, so there is no norm
     to bound the scores with): testing a tile costs ~1/D of computing it, a scan of K for
-    the bound a whole pass over K (~5 us of the torch door's (1, 16, 1, 8) step)."""
-    return scores_may_overflow(p, ct) if p.kv_scanned else True
+    the bound a whole pass over K."""
+    return True if p.k_sq_norm is None else scores_may_overflow(p, ct)
 
 
 def uses_decode(p: Problem) -> bool:
@@ -228,29 +222,42 @@ def _decode_forward(p: Problem, q, k, v, options: TileOptions, ct, o, lse, row_m
     nonfinite = np.zeros((B, Hkv, n_split), dtype=np.int64)
     kernels.decode(q, k, v, n_split, part_m, part_l, part_acc, part_tiles, overflow, nonfinite,
                    options)
-    if not p.kv_scanned:
-        # K and V were checked as the kernel read them: a NaN/inf in K gives a non-finite
-        # score, one in V a non-finite partial output (P~ = 0 times inf is NaN), and the
-        # kernel flags both in ``nonfinite``. Only then are the whole of K and V scanned, for
-        # the message; the key rows the band kept the kernel from reading are scanned here
-        # (none without causal/window).
-        if np.count_nonzero(nonfinite):
-            scan_kv(p)              # raises: the message names k or v
-        else:
-            kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
-            if kb0 > 0 or kb1 * p.block_k < Sk:     # some key rows were not read
-                scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
-                        else (0, 0))
+    # K and V of a decode problem (Problem.lazy_kv) are checked as the kernel reads them: a
+    # NaN/inf in K gives a non-finite score, one in V a non-finite partial output (P~ = 0
+    # times inf is NaN), and the kernel flags both in ``nonfinite``. Only then are the whole
+    # of K and V scanned, for the message; the key rows the band kept the kernel from reading
+    # are scanned here (none without causal/window).
+    if np.count_nonzero(nonfinite):
+        scan_kv(p)              # raises: the message names k or v
+    else:
+        kb0, kb1 = kv_block_range(0, Sq, Sk, p.block_k, p.left, p.right)
+        if kb0 > 0 or kb1 * p.block_k < Sk:     # some key rows were not read
+            scan_kv(p, key_rows=(kb0 * p.block_k, min(kb1 * p.block_k, Sk)) if kb1 > kb0
+                    else (0, 0))
     _raise_on_overflow(p, overflow, ct)
     tiles = np.zeros(B * H, dtype=np.int64)
     kernels.merge(part_m, part_l, part_acc, part_tiles, p.drop_threshold, o, lse, row_max, tiles)
     return tiles
 
 
-def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                    q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
-                    alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
-                    block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], door=None):
+def _given_problem(problem, **operands) -> Problem:
+    """``problem`` checked as the ``problem=`` argument of the forward or backward: a
+    :class:`~flashlab.validation.Problem`, and none of the operands it replaces given too."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a flashlab.validation.Problem (from "
+                        f"flashlab.validation.prepare) or None; got {type(problem).__name__}")
+    given = [name for name, x in operands.items() if x is not None]
+    if given:
+        raise ValueError(f"pass either {', '.join(operands)} or problem=, not both (the problem "
+                         f"holds its operands and options); got {', '.join(given)} too")
+    return problem
+
+
+def flash_attention(q=None, k=None, v=None, *, scale=None, causal=False, window=None,
+                    mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
+                    alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
+                    softcap=0.0, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], door=None,
+                    problem=None, stats=False):
     """Tiled FlashAttention forward (online softmax; nothing of size Sq x Sk is stored).
 
     Parameters
@@ -285,6 +292,11 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     door : how the error messages name the arguments (:class:`flashlab.validation.Door`):
         a front door that has translated its operands passes its own table; default the
         names above
+    problem : a :class:`flashlab.validation.Problem` checked already
+        (:func:`flashlab.validation.prepare`), instead of q, k, v and the options (which are
+        then the problem's; q, k, v must not be given): a door that cuts one call into
+        several, or keeps the problem for the backward (``problem=`` there)
+    stats : also return the kernel's row max and the tiles it computed
 
     Returns
     -------
@@ -293,6 +305,10 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     lse : (B, H, Sq)
         natural log, float64 for float64 inputs and float32 otherwise; ``-inf`` for a row with
         no allowed key (dropout does not change it: it is the LSE of the undropped scores)
+    row_max : (B, H, Sq), only with ``stats``
+        the final running max of each row's scores (CANN's ``softmax_max``), lse's dtype
+    tiles : (B, H, n_qblocks) int64, only with ``stats``
+        the (q-block, kv-block) tiles computed per q-block (:func:`tiles_computed`)
 
     Raises
     ------
@@ -319,43 +335,22 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
     :mod:`flashlab.kernels.forward`); with a dense ``mask`` a tile it masks completely is
     skipped after its mask is read.
     """
-    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
-                q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
-                alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
-                door=door,
-                # k and v are scanned for NaN/inf by forward_with_stats, or by the decode
-                # kernel as it reads them
-                scan_kv=False)
-    o, lse, _ = forward_for_backward(p)
+    if problem is None:
+        p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
+                    q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
+                    alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
+                    seed=seed, offset=offset, softcap=softcap, block_q=block_q,
+                    block_k=block_k,
+                    # a short query's k and v: checked by the decode kernel as it reads them
+                    lazy_kv=True, door=door)
+    else:
+        p = _given_problem(problem, q=q, k=k, v=v)
+    stats = as_bool("stats", stats)
+    o, lse, row_max, tiles, p = _forward(p, None)
+    o = o.astype(p.dtype, copy=False)
+    if stats:
+        return o, lse, row_max, tiles.reshape(p.shape[0], p.shape[1], -1)
     return o, lse
-
-
-def forward_for_backward(p: Problem) -> tuple[np.ndarray, np.ndarray, Problem]:
-    """The forward of a training step on a validated problem: ``(o, lse, p)``, o in the inputs'
-    dtype, and the problem to hand to :func:`backward_from_forward`.
-
-    ``p`` comes from :func:`~flashlab.validation.prepare` (``scan_kv=False`` is fine: k and v
-    are scanned here, or checked by the decode kernel as it reads them).
-    """
-    o, lse, _, _, p = _forward(p, None)
-    return o.astype(p.dtype, copy=False), lse, p
-
-
-def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False, own_lse: bool = False
-                          ) -> tuple[np.ndarray, ...]:
-    """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
-    with the default tiles :data:`~flashlab.tiling.BACKWARD_BLOCK`: q, k, v and the options are not validated
-    again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
-
-    ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
-    q's dtype, finite), and ``o`` and ``lse`` too, unless ``own_o`` / ``own_lse``: the very
-    arrays the forward returned. Returns ``(dq, dk, dv)`` (with the rope gradients when ``p`` has rope
-    operands) in the inputs' dtype.
-    """
-    p = p.with_blocks(*BACKWARD_BLOCK)
-    grads, _ = backward_with_tiles(p, do, o, lse, own_o=own_o, own_lse=own_lse)
-    return tuple(g.astype(p.dtype, copy=False) for g in grads)
 
 
 def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
@@ -367,10 +362,7 @@ def tiles_computed(q, k, v, *, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1
     errors; returns an int64 array (B, H, n_qblocks). Used by the tests and the masks chapter
     to show that skipped tiles are really never computed.
     """
-    p = prepare(q, k, v, block_q=block_q, block_k=block_k, **options)
-    tiles = forward_with_stats(p)[3]
-    B, H = p.q.shape[:2]
-    return tiles.reshape(B, H, -1)
+    return flash_attention(q, k, v, block_q=block_q, block_k=block_k, stats=True, **options)[3]
 
 
 def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
@@ -382,15 +374,14 @@ def _reduce_dbias(part: np.ndarray, bias_shape: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
-                        door: Door | None = None, own_o: bool = False, own_lse: bool = False
-                        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """Run the backward kernels on a validated problem (``door``: whose names the messages
+def _backward(p: Problem, do, o, lse, *, want_dbias: bool = False,
+              door: Door | None = None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Run the backward kernels on a checked problem (``door``: whose names the messages
     about ``do``, ``o``, ``lse`` use).
 
-    ``own_o=True`` / ``own_lse=True``: ``o`` / ``lse`` is the forward's own output for ``p``
-    (:func:`backward_from_forward` with a :class:`flashlab.compat.ForwardState`), not checked
-    again; ``do`` always is.
+    ``do``, ``o`` and ``lse`` are checked here (:func:`~flashlab.validation.backward_operands`);
+    K and V of a :attr:`~flashlab.validation.Problem.lazy_kv` problem are scanned first (the
+    backward kernel does not check what it reads).
 
     Returns ``((dq, dk, dv[, dq_rope, dk_rope][, dbias]), tiles_done)`` with the gradients in
     the compute dtype (dbias in the bias's 4-D broadcast shape, only with ``want_dbias``) and
@@ -399,7 +390,9 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     """
     B, H, Hkv, Sq, Sk, Dqk, Dv = p.shape
     ct = compute_dtype(p.dtype)
-    do, o, lse = backward_operands(p, do, o, lse, door, own_o=own_o, own_lse=own_lse)
+    do, o, lse = backward_operands(p, do, o, lse, door)
+    if p.lazy_kv:
+        p = scan_kv(p)
     lse_dtype = lse.dtype           # a float32 lse of a float64 forward: float32's tolerance
     q, k, v, do, o, lse = _as_compute(ct, p.q, p.k, p.v, do, o, lse)
     bias = p.bias
@@ -459,11 +452,12 @@ def backward_with_tiles(p: Problem, do, o, lse, *, want_dbias: bool = False,
     return grads, tiles
 
 
-def flash_attention_backward(do, q, k, v, o, lse, *, scale=None, causal=False, window=None,
-                             mask=None, q_rope=None, k_rope=None, bias=None, alibi_slopes=None,
-                             alibi_offset=None, alibi_sqrt=False, dropout_p=0.0, seed=0,
-                             offset=0, softcap=0.0, return_dbias=False,
-                             block_q=BACKWARD_BLOCK[0], block_k=BACKWARD_BLOCK[1], door=None):
+def flash_attention_backward(do, q=None, k=None, v=None, o=None, lse=None, *, scale=None,
+                             causal=False, window=None, mask=None, q_rope=None, k_rope=None,
+                             bias=None, alibi_slopes=None, alibi_offset=None, alibi_sqrt=False,
+                             dropout_p=0.0, seed=0, offset=0, softcap=0.0, return_dbias=False,
+                             block_q=BACKWARD_BLOCK[0], block_k=BACKWARD_BLOCK[1], door=None,
+                             problem=None, tiles=False):
     """Tiled FlashAttention backward: gradients of ``sum(o * do)``, recomputing P from ``lse``.
 
     Parameters
@@ -477,6 +471,13 @@ alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
     block_q, block_k : the backward's tile sizes (any ints >= 1; default
         :data:`~flashlab.tiling.BACKWARD_BLOCK`, 512 x 256), independent of the forward's
     door : as in :func:`flash_attention` (the names the error messages use)
+    problem : the checked problem the forward ran (``flash_attention(problem=...)``), instead
+        of q, k, v and the options: a training step's backward checks only what it adds
+        (``do``, ``o``, ``lse``; issue 22 measured the full check at ~40 % of a small call).
+        Run with this call's ``block_q``/``block_k``; ``return_dbias`` gives dbias in the
+        problem's 4-D broadcast bias shape
+    tiles : also return the tiles the backward visited, (B, H, n_qblocks) int64 (the
+        forward's count: :func:`tiles_computed`)
     o : (B, H, Sq, Dv)
         the forward's output, q's dtype
     lse : (B, H, Sq)
@@ -490,7 +491,8 @@ alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
         given, then ``dbias`` with ``return_dbias``, in the inputs' dtype with the shapes of
         q, k, v, q_rope, k_rope (dbias: bias's dtype and shape). dk, dv are summed over the
         query heads sharing each kv head (GQA) and dk_rope over those sharing each k_rope
-        head; dbias over the axes the bias broadcasts. Rows with no allowed key
+        head; dbias over the axes the bias broadcasts. With ``tiles``: ``(grads, tiles)``.
+        Rows with no allowed key
         (``lse = -inf``) contribute nothing; a row with one allowed key gives exactly zero
         dq (its softmax has zero derivative).
 
@@ -517,16 +519,25 @@ alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
     :mod:`flashlab.kernels.backward` for the parallel split). Tiles are skipped exactly as in
     the forward. float16 inputs are computed in float32.
     """
-    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
-                q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
-                alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
-                seed=seed, offset=offset, softcap=softcap, block_q=block_q, block_k=block_k,
-                door=door)
+    if problem is None:
+        p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
+                    q_rope=q_rope, k_rope=k_rope, bias=bias, alibi_slopes=alibi_slopes,
+                    alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, dropout_p=dropout_p,
+                    seed=seed, offset=offset, softcap=softcap, block_q=block_q,
+                    block_k=block_k, door=door)
+        bias_like = bias
+    else:
+        p = _given_problem(problem, q=q, k=k, v=v).with_blocks(block_q, block_k)
+        bias_like = p.bias
     return_dbias = as_bool("return_dbias", return_dbias)
-    if return_dbias and bias is None:
+    tiles = as_bool("tiles", tiles)
+    if return_dbias and bias_like is None:
         raise ValueError("return_dbias=True needs a bias (there is no gradient to return)")
-    grads, _ = backward_with_tiles(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
+    grads, visited = _backward(p, do, o, lse, want_dbias=bool(return_dbias), door=door)
     out = tuple(g.astype(p.dtype, copy=False) for g in grads)
     if return_dbias:
-        out = out[:-1] + (out[-1].reshape(np.shape(bias)).astype(bias.dtype, copy=False),)
+        out = out[:-1] + (out[-1].reshape(np.shape(bias_like)).astype(bias_like.dtype,
+                                                                       copy=False),)
+    if tiles:
+        return out, visited.reshape(p.shape[0], p.shape[1], -1)
     return out

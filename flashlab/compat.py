@@ -73,12 +73,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from flashlab.api import (
-    backward_from_forward,
-    flash_attention,
-    flash_attention_backward,
-    forward_for_backward,
-)
+from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_mask
 from flashlab.reference import attention_reference
@@ -96,12 +91,13 @@ from flashlab.validation import (
     operands,
     packed_sequences,
     prepare,
+    prepare_like,
 )
 
 __all__ = ["FLASH_ATTN", "FLASH_ATTN_VARLEN", "flash_attn_func", "flash_attn_func_backward",
            "flash_attn_varlen_func", "flash_attn_varlen_func_backward",
            "flash_attn_qkvpacked_func", "flash_attn_qkvpacked_func_backward", "band_from_window",
-           "scalar_options", "forward_state", "backward_from_state", "ForwardState"]
+           "scalar_options", "ForwardState"]
 
 
 # ------------------------------------------------------------------------------ the mask
@@ -264,7 +260,7 @@ def _probs(q, k, v, opts: _Options, slopes, offset: int) -> np.ndarray:
 # ------------------------------------------------------------------------------ padded
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                    *, return_lse=False, seed=0):
+                    *, return_lse=False, seed=0, return_state=False):
     """flash_attn's ``flash_attn_func`` (same positional order, flash-attn 2.6+) on numpy arrays.
 
     Parameters
@@ -282,12 +278,17 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return_attn_probs : also return ``softmax_lse`` and ``attn_probs`` (module docstring)
     return_lse : also return ``softmax_lse`` (and not the probabilities)
     seed : the dropout seed; pass the same to :func:`flash_attn_func_backward`
+    return_state : also return ``softmax_lse`` and, last, the forward's :class:`ForwardState`,
+        which ``flash_attn_func_backward(dout, state=...)`` takes instead of q, k, v and the
+        options, checking only what it adds (the torch door's training step)
 
     Returns
     -------
     out : (batch_size, seqlen_q, nheads, headdim_v), q's dtype; 0 on a row with no allowed key
-    softmax_lse : (batch_size, nheads, seqlen_q), with ``return_lse``/``return_attn_probs``
+    softmax_lse : (batch_size, nheads, seqlen_q), with ``return_lse``, ``return_attn_probs`` or
+        ``return_state``
     attn_probs : (batch_size, nheads, seqlen_q, seqlen_k), with ``return_attn_probs``
+    state : :class:`ForwardState`, with ``return_state``
 
     Raises
     ------
@@ -295,17 +296,22 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         a wrong type/dtype or shape/value (``softcap`` negative); the message names the
         argument and what it expects.
     """
-    out, lse, p, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
-                                        softcap, alibi_slopes, deterministic, seed)
+    return_state = as_bool("return_state", return_state)
+    out, lse, state, opts = _padded_forward(q, k, v, dropout_p, softmax_scale, causal,
+                                            window_size, softcap, alibi_slopes, deterministic,
+                                            seed)
     if return_attn_probs:
-        return out, lse, _probs(_bhsd(q), _bhsd(k), _bhsd(v), opts, opts.alibi_slopes, 0)
-    return (out, lse) if return_lse else out
+        result: tuple = (out, lse, _probs(_bhsd(q), _bhsd(k), _bhsd(v), opts, opts.alibi_slopes, 0))
+    else:
+        result = (out, lse) if return_lse or return_state else (out,)
+    return result + (state,) if return_state else result if len(result) > 1 else out
 
 
 class ForwardState(NamedTuple):
-    """What :func:`backward_from_state` needs of a :func:`forward_state` call: the validated
-    problem, ``o`` in the kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept,
-    it is not copied back from flash_attn's layout) and the forward's ``softmax_lse``."""
+    """What ``flash_attn_func_backward(dout, state=...)`` needs of a
+    ``flash_attn_func(..., return_state=True)`` call: the checked problem, ``o`` in the
+    kernels' (B, H, Sq, Dv) layout (the backward reads it there: kept, it is not copied back
+    from flash_attn's layout) and the forward's ``softmax_lse``."""
 
     problem: Problem
     o: np.ndarray
@@ -371,8 +377,8 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
         Sk = kh.shape[2]
         opts = _options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                         deterministic, seed, B, H)
-        # k and v are scanned by the forward (or checked by the decode kernel as it reads them)
-        p = prepare(qh, kh, vh, scan_kv=False, door=FLASH_ATTN,
+        # a short query's k and v: checked by the decode kernel as it reads them
+        p = prepare(qh, kh, vh, lazy_kv=True, door=FLASH_ATTN,
                     **opts.kernel_kwargs(Sq, Sk, opts.alibi_slopes, 0))
         if key is not None:
             if len(_PLANS) >= _PLANS_MAX:
@@ -385,56 +391,40 @@ def _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size, soft
             seed = check_seed("seed", seed)
         if seed != opts.seed:
             opts = dataclasses.replace(opts, seed=seed)
-        # the per-call part of prepare (k and v: scanned by the forward, as above); as
-        # kernel_kwargs: the seed reaches the kernels with dropout only
-        p = template.with_operands(_bhsd(q), _bhsd(k), _bhsd(v), FLASH_ATTN,
-                                   seed=seed if template.dropout_p > 0 else None)
-    o, lse, p = forward_for_backward(p)
+        # the per-call part of prepare; as kernel_kwargs: the seed reaches the kernels with
+        # dropout only
+        p = prepare_like(template, _bhsd(q), _bhsd(k), _bhsd(v), door=FLASH_ATTN,
+                         seed=seed if template.dropout_p > 0 else None)
+    o, lse = flash_attention(problem=p)
     return _bshd(o), lse, ForwardState(p, o, lse), opts
 
 
-def forward_state(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                  softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=0
-                  ) -> tuple[np.ndarray, np.ndarray, ForwardState]:
-    """:func:`flash_attn_func` with ``return_lse``, plus what the backward needs: ``(out,
-    softmax_lse, state)``. Hand ``state`` to :func:`backward_from_state` for the gradients
-    without checking q, k, v and the options a second time (the torch door's training step).
-    Same arguments, checks and errors as :func:`flash_attn_func`.
-    """
-    out, lse, state, _ = _padded_forward(q, k, v, dropout_p, softmax_scale, causal, window_size,
-                                         softcap, alibi_slopes, deterministic, seed)
-    return out, lse, state
-
-
-def backward_from_state(state: ForwardState, dout, softmax_lse=None) -> tuple[np.ndarray, ...]:
-    """``(dq, dk, dv)`` of :func:`forward_state`'s call, the values
-    :func:`flash_attn_func_backward` computes, from its ``state`` (not checked again beyond
-    :func:`flashlab.api.backward_from_forward`'s checks of ``dout``; ``o`` is the forward's
-    own). ``dout`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype. ``softmax_lse``:
-    the forward's own when None (not checked: the torch door's, which its caller never saw),
-    else a caller's LSE, checked.
-
-    The gradients have flash_attn's shapes (batch_size, seqlen, nheads, headdim) as views of
-    the kernels' (B, H, S, D) arrays: not C-contiguous (no copy; the torch door hands them to
-    autograd, which reads any strides).
-    """
-    own_lse = softmax_lse is None
-    grads = backward_from_forward(state.problem, _bhsd(dout), state.o,
-                                  state.lse if own_lse else softmax_lse, own_o=True,
-                                  own_lse=own_lse)
-    return tuple(g.transpose(0, 2, 1, 3) for g in grads)
-
-
-def flash_attn_func_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,
-                             causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             deterministic=False, *, seed=0):
+def flash_attn_func_backward(dout, q=None, k=None, v=None, out=None, softmax_lse=None,
+                             dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=0,
+                             state=None):
     """Gradients of ``sum(out * dout)`` for :func:`flash_attn_func`, recomputing P from ``softmax_lse``.
 
     ``dout``, ``out`` (batch_size, seqlen_q, nheads, headdim_v) in q's dtype, ``softmax_lse``
     (batch_size, nheads, seqlen_q) as the forward returned them; every other argument as
     given to the forward (``seed`` included). Returns ``(dq, dk, dv)`` with the shapes and
     dtype of ``q``, ``k``, ``v``; dk, dv are summed over the query heads sharing a kv head.
+
+    ``state``: the :class:`ForwardState` of ``flash_attn_func(..., return_state=True)``,
+    instead of q, k, v and the options (the checked problem's; q, k, v must not be given):
+    only what this call adds is checked, ``dout`` and the ``out`` and ``softmax_lse`` read
+    (None: the forward's own). The gradients are then views of the kernels' (B, H, S, D)
+    arrays, not C-contiguous (no copy; the torch door hands them to autograd, which reads any
+    strides).
     """
+    if state is not None:
+        # the kernel API's backward checks the problem (and refuses q, k, v beside it)
+        if not isinstance(state, ForwardState):
+            state = ForwardState(state, _PLACEHOLDER, _PLACEHOLDER)   # refused as a problem
+        o = state.o if out is None else _bhsd(out) if isinstance(out, np.ndarray) else out
+        grads = flash_attention_backward(_bhsd(dout), q, k, v, o, problem=state.problem,
+                                         lse=state.lse if softmax_lse is None else softmax_lse)
+        return tuple(g.transpose(0, 2, 1, 3) for g in grads)
     qh, kh, vh = operands(FLASH_ATTN, q, k, v)
     B, H, Sq, _ = qh.shape
     Sk, Dv = kh.shape[2], vh.shape[3]

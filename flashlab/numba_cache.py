@@ -33,7 +33,7 @@ thousand multiply-adds that launch *is* the call (issue 22: (1, 16, 1, 8) forwar
 backward through the torch door took 1.0 ms against SDPA's 0.08 ms). :func:`serial_twin`
 compiles the very same function a second time without ``parallel``, where Numba runs
 ``prange`` as ``range`` on the calling thread: one source of truth, two builds
-(:func:`flashlab.api.kernels_for` picks one from the problem's size). Every parallel kernel of
+(``flashlab.api.kernels_for`` picks one from the problem's size). Every parallel kernel of
 flashlab gives the same bits for any thread count, and one thread running the work items in
 order is one of them (tests/test_small_shapes.py compares the builds bit for bit). The cache
 is why the twin needs a name of its own: Numba names a function's cache files after its

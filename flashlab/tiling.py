@@ -10,7 +10,14 @@ benchmark all import the same numbers without importing each other.
 from __future__ import annotations
 
 __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "DV_SLICE_ROWS", "MIN_WORK_ITEMS", "q_splits",
-           "cdiv"]
+           "cdiv", "DECODE_MAX_SQ"]
+
+#: The tiled forward is replaced by the split-KV decode kernel (:mod:`flashlab.kernels.decode`)
+#: when ``Sq <= DECODE_MAX_SQ`` (and the query fits one q-block, no RoPE operands). Decode and
+#: speculative decoding have Sq of 1 to ~8; the timings that chose 16 are in that module's
+#: notes. Here, below :mod:`flashlab.validation`, because a problem of that kind has its K and V
+#: scanned lazily (:attr:`flashlab.validation.Problem.lazy_kv`).
+DECODE_MAX_SQ = 16
 
 #: The forward's default tile sizes ``(block_q, block_k)``. Chosen by measurement on a 2-core
 #: machine (B=1, H=8, fp32, speed relative to torch SDPA timed in turn in the same run).

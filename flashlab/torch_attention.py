@@ -26,7 +26,7 @@ wrapper, a second dispatch to the CPU kernel: ~105 us a call, measured in issue 
 flashlab's own work at (1, 16, 1, 8)): outside ``torch.compile`` the front door calls an
 autograd Function with the op's own bodies, the same saved tensors and the same
 non-differentiable outputs, so both paths give the same bits (tests/test_small_shapes.py).
-Its forward keeps the validated problem (:func:`flashlab.compat.forward_state`), so the
+Its forward keeps the checked problem (``flashlab.compat.flash_attn_func(..., return_state=True)``), so the
 backward does not check q, k and v again.
 
 The forward saves ``out``, ``softmax_lse`` (in eager mode, when the caller is not given it, as
@@ -135,7 +135,7 @@ def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, windo
                    softcap, alibi_slopes, return_probs):
     """``(out, softmax_lse, seed, attn_probs, state)``: :func:`_forward_impl`'s outputs with
     softmax_lse as a numpy array, the seed as an int, and the forward's state
-    (:func:`flashlab.compat.forward_state`; None with ``return_probs``), which the eager
+    (:class:`flashlab.compat.ForwardState`; None with ``return_probs``), which the eager
     path's backward reuses instead of checking q, k, v again. ``attn_probs`` is None without
     ``return_probs``."""
     slopes = None if alibi_slopes is None else _numpy("alibi_slopes", alibi_slopes)
@@ -147,7 +147,7 @@ def _forward_state(q, k, v, dropout_p, softmax_scale, causal, window_left, windo
         state = None
         probs = _tensor(probs)
     else:
-        out, lse, state = compat.forward_state(*args, seed=seed)
+        out, lse, state = compat.flash_attn_func(*args, seed=seed, return_state=True)
         probs = None
     return _tensor(out), lse, seed, probs, state
 
@@ -310,7 +310,8 @@ class _EagerAttention(torch.autograd.Function):
                 dout = dout.to(q.dtype)
             # the forward's own LSE (None) unless the caller was given it as a tensor
             given = None if not saved_lse else _numpy("softmax_lse", saved_lse[0])
-            grads = compat.backward_from_state(ctx.state, _numpy("dout", dout), given)
+            grads = compat.flash_attn_func_backward(_numpy("dout", dout), softmax_lse=given,
+                                                    state=ctx.state)
             dq, dk, dv = (_tensor(g) for g in grads)
         else:
             lse = saved_lse[0] if saved_lse else torch.from_numpy(ctx.state.lse)

@@ -27,10 +27,10 @@ from flashlab.dropout import keep_threshold
 from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
 from flashlab.masks import band_from, clamp_band
 from flashlab.numba_cache import thread_safe
-from flashlab.tiling import FORWARD_BLOCK
+from flashlab.tiling import DECODE_MAX_SQ, FORWARD_BLOCK
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
-           "prepare", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
+           "prepare", "prepare_like", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
            "check_rope_pair", "check_rope", "check_like", "check_lse", "check_scale", "check_softcap",
            "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
@@ -54,6 +54,13 @@ class Problem:
     expanded); alibi_slopes (1 or B, H) float64 or None with ``alibi_offset`` (an int) and
     ``alibi_sqrt``; band [i - left, i + right] clamped to the lengths; block sizes at most
     the lengths; dropout probability ``dropout_p`` with ``seed`` and ``offset``.
+
+    A problem exists only checked: :func:`prepare` and :func:`prepare_like` are the only
+    makers, and every value a later call adds (a backward's ``do``, ``o``, ``lse``) is checked
+    by the function that receives it. One scan is lazy by the problem's kind, fixed when the
+    problem is made: K and V of a :attr:`lazy_kv` problem are scanned for NaN/inf by whoever
+    runs a kernel on them (the decode kernel as it reads them, any other kernel's caller with
+    :func:`scan_kv` first).
 
     Frozen: a step that learns something about the inputs (:func:`scan_kv`) returns a new
     problem (a copy with the new fields) rather than changing this one, and the squared norms of
@@ -82,15 +89,19 @@ class Problem:
     #: logit soft-cap (0 = off), scores ``softcap tanh(s / softcap)`` after scaling, before bias
     softcap: float = 0.0
     #: ``max_i |x_i|^2`` (float64) of q, k, q_rope, k_rope from :func:`prepare`'s finiteness
-    #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k with ``scan_kv=False``)
+    #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k of a :attr:`lazy_kv`
+    #: problem before :func:`scan_kv`)
     q_sq_norm: float | None = field(default=None, repr=False, compare=False)
     k_sq_norm: float | None = field(default=None, repr=False, compare=False)
     q_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
     k_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
-    #: False when :func:`prepare` was asked not to scan k and v (``scan_kv=False``): the
-    #: caller must, with :func:`scan_kv` (which returns the scanned problem), or check them as
-    #: it reads them (the decode kernel)
-    kv_scanned: bool = field(default=True, repr=False, compare=False)
+    #: the kind whose K and V are scanned lazily: a short query (``Sq <=``
+    #: :data:`~flashlab.tiling.DECODE_MAX_SQ`) without RoPE operands, made by the kernel API's
+    #: forward (``prepare(lazy_kv=True)``). A decode step is itself one pass over K and V, and
+    #: a separate scan first doubled its reads: the decode kernel checks what it reads, and a
+    #: caller that runs another kernel on such a problem scans first (:func:`scan_kv`). Every
+    #: copy keeps it (a scanned copy too: the kind does not change)
+    lazy_kv: bool = field(default=False, repr=False, compare=False)
     #: (B, H, Hkv, Sq, Sk, Dqk, Dv), worked out once (a small call reads it ~10 times)
     shape: tuple[int, int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
     #: the kernels' integer form of ``dropout_p`` (:func:`flashlab.dropout.keep_threshold`)
@@ -121,21 +132,20 @@ class Problem:
 
     def with_blocks(self, block_q: int, block_k: int) -> Problem:
         """The problem with tiles ``block_q x block_k``, clamped to the lengths as :func:`prepare`
-        clamps them (a tile larger than the problem is the problem); ``self`` if unchanged."""
-        block_q, block_k = min(block_q, self.q.shape[2]), min(block_k, self.k.shape[2])
+        clamps them (a tile larger than the problem is the problem; each an int >= 1, checked
+        here); ``self`` if unchanged."""
+        block_q = min(_positive_int("block_q", block_q), self.q.shape[2])
+        block_k = min(_positive_int("block_k", block_k), self.k.shape[2])
         if (block_q, block_k) == (self.block_q, self.block_k):
             return self
         return self._with(block_q=block_q, block_k=block_k)
 
-    def with_operands(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, door: Door | None = None,
-                      seed: int | None = None) -> Problem:
-        """The per-call part of :func:`prepare` for operands of this problem's shapes and
-        dtype, already checked once with its options: q, k, v (B, H, S, D) made C-contiguous
-        and q scanned for NaN/inf (k and v left to the caller, as with ``scan_kv=False``);
-        ``seed``: this call's dropout seed (already checked), None keeps the problem's."""
-        q, k, v = contiguous(q), contiguous(k), contiguous(v)
-        return self._with(q=q, k=k, v=v, q_sq_norm=_finite(door, q=q)["q"], k_sq_norm=None,
-                          kv_scanned=False, seed=self.seed if seed is None else seed)
+
+
+def _operand_norms(door: Door | None, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                   lazy_kv: bool) -> dict[str, float]:
+    """The finiteness scan of q, k, v (of q alone for a :attr:`Problem.lazy_kv` problem)."""
+    return _finite(door, q=q) if lazy_kv else _finite(door, q=q, k=k, v=v)
 
 
 def _positive_int(name: str, x) -> int:
@@ -253,14 +263,14 @@ def _window(window) -> tuple | None:
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
             alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
-            block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], scan_kv: bool = True,
+            block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], lazy_kv: bool = False,
             door: Door | None = None) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
     Arguments and defaults as :func:`flashlab.flash_attention` (tiles
-    :data:`~flashlab.tiling.FORWARD_BLOCK`). ``scan_kv=False`` leaves the scan of k and v for
-    NaN/inf to the caller (``Problem.kv_scanned`` is False; see :func:`scan_kv`): a decode
-    step is itself one pass over K and V, and a separate scan first doubled its reads.
+    :data:`~flashlab.tiling.FORWARD_BLOCK`). Every array is scanned for NaN/inf here, but
+    with ``lazy_kv=True`` (the kernel API's forward) K and V of a short query: the problem is
+    then of the :attr:`Problem.lazy_kv` kind (the decode kernel checks them as it reads them).
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
     value; the message names the argument and the expected shape or value, in ``door``'s
     names (:class:`Door`; a front door that has checked and translated its operands with
@@ -332,7 +342,8 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     c = contiguous
     q, k, v = c(q), c(k), c(v)
     q_rope, k_rope = (None, None) if q_rope is None else (c(q_rope), c(k_rope))
-    norms = _finite(door, q=q, k=k, v=v) if scan_kv else _finite(door, q=q)
+    lazy_kv = bool(lazy_kv) and Sq <= DECODE_MAX_SQ and q_rope is None
+    norms = _operand_norms(door, q, k, v, lazy_kv)
     if q_rope is not None:
         norms.update(_finite(door, q_rope=q_rope, k_rope=k_rope))
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
@@ -340,19 +351,44 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                    0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
                    seed, offset, softcap, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
                    q_rope_sq_norm=norms.get("q_rope"), k_rope_sq_norm=norms.get("k_rope"),
-                   kv_scanned=bool(scan_kv))
+                   lazy_kv=lazy_kv)
+
+
+def prepare_like(template: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray, *,
+                 seed: int | None = None, door: Door | None = None) -> Problem:
+    """A :class:`Problem` with ``template``'s options for new operands of the same kind: the
+    per-call part of :func:`prepare`, for a caller that keys its checked calls by everything
+    but the values (flashlab.compat's cache by shapes, dtypes and scalar options).
+
+    q, k, v (B, H, S, D) are made C-contiguous and scanned for NaN/inf as :func:`prepare`
+    scans them (K and V left to the kernel for a :attr:`~Problem.lazy_kv` problem); their
+    dtype and rank must be the template's (``TypeError``/``ValueError`` otherwise); ``seed``:
+    this call's dropout seed, checked here (None keeps the template's).
+    """
+    door = KERNEL if door is None else door
+    for name, x in zip("qkv", (q, k, v)):
+        check_operand(door.name(name), x, 4, "(B, H, S, D)")
+        if x.dtype != template.dtype:
+            check_same_dtype(door, template.dtype, **{name: x})
+    if seed is not None:
+        seed = check_seed(door.name("seed"), seed)
+    q, k, v = contiguous(q), contiguous(k), contiguous(v)
+    norms = _operand_norms(door, q, k, v, template.lazy_kv)
+    return template._with(q=q, k=k, v=v, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
+                          seed=template.seed if seed is None else seed)
 
 
 def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> Problem:
-    """The scan :func:`prepare` left out with ``scan_kv=False``: raise the same ``ValueError`` if
-    k or v holds NaN or inf. Returns the scanned problem: without ``key_rows`` a copy of ``p``
-    marked scanned, with k's squared norm for :func:`scores_may_overflow` (``p`` itself is
-    frozen and unchanged). With ``key_rows=(lo, hi)`` only the key rows outside ``[lo, hi)``
-    are scanned (those a kernel that checked what it read never read) and ``p`` is returned.
+    """The scan :func:`prepare` leaves out for a :attr:`~Problem.lazy_kv` problem: raise the
+    same ``ValueError`` if k or v holds NaN or inf. Returns the scanned problem: without
+    ``key_rows`` a copy of ``p`` with k's squared norm for :func:`scores_may_overflow` (``p``
+    itself is frozen and unchanged). With ``key_rows=(lo, hi)`` only the key rows outside
+    ``[lo, hi)`` are scanned (those a kernel that checked what it read never read) and ``p``
+    is returned.
     """
     if key_rows is None:
         norms = _finite(k=p.k, v=p.v)
-        return p._with(k_sq_norm=norms["k"], kv_scanned=True)
+        return p._with(k_sq_norm=norms["k"])
     lo, hi = key_rows
     for part in (slice(0, lo), slice(hi, None)):
         if p.k[:, :, part].size:
@@ -695,21 +731,18 @@ def packed_sequences(names: tuple[str, str], cum_q, cum_k, totals: tuple[int, in
     return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
 
 
-def backward_operands(p: Problem, do, o, lse, door: Door | None = None, *, own_o: bool = False,
-                      own_lse: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward_operands(p: Problem, do, o, lse, door: Door | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check ``do``, ``o`` (B, H, Sq, Dv) in q's dtype and ``lse`` (B, H, Sq) float32/64.
 
     Returns them C-contiguous and writeable, dtypes unchanged. ``lse`` may hold ``-inf``
     (rows with no allowed key) but not NaN or ``+inf``; ``do`` and ``o`` must be finite.
     The messages name them as ``door`` does (flash_attn's ``dout``, CANN's ``dy``).
-    ``own_o``, ``own_lse``: ``o``, ``lse`` is the array the forward returned for ``p`` (never
-    a caller's), unchecked.
     """
     B, H, _, Sq, _, _, Dv = p.shape
     door = KERNEL if door is None else door
-    for name, x in (("do", do),) if own_o else (("do", do), ("o", o)):
+    for name, x in (("do", do), ("o", o)):
         check_output_like(door.name(name), x, p)
-    if not own_lse:
-        check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
+    check_lse(door.name("lse"), lse, (B, H, Sq), "(B, H, Sq)")
     # C-contiguous and writeable, as prepare() leaves q, k, v (one Numba signature per dtype)
-    return contiguous(do), o if own_o else contiguous(o), lse if own_lse else contiguous(lse)
+    return contiguous(do), contiguous(o), contiguous(lse)

@@ -5,7 +5,7 @@ for one ``(batch, head)``, sequentially, from Python. It contains **no arithmeti
 each step calls the kernel's own ``@njit`` helpers (``kv_block_range``, ``tile_class``,
 ``tile_fully_masked``, the scores stage ``tile_scores``, ``online_softmax_update``,
 ``finalize_rows``) in the kernel's order, with the kernel's options record
-(:func:`flashlab.api.tile_options`), on buffers of the kernel's dtype, and copies what
+(``flashlab.api.tile_options``), on buffers of the kernel's dtype, and copies what
 they leave behind. So the final ``o`` and ``lse`` equal :func:`flashlab.flash_attention`'s
 (``tests/test_walk.py`` checks it), and a drawing of the walk is a drawing of the kernel.
 

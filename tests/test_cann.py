@@ -386,7 +386,7 @@ def test_band_modes_need_no_dense_mask_and_skip_tiles():
     (call,) = cann.plan(cann.Dims(1, 1, 1, 128, 128, 1, 1), sparse_mode=2, atten_mask=TRI)
     data = make_qkv(1, 1, 1, 128, 128, 16, 16, seed=1)
     p = prepare(data["q"], data["k"], data["v"], window=call.window, block_q=32, block_k=32)
-    assert api.forward_with_stats(p)[3].sum() == 4 + 3 + 2 + 1
+    assert api.flash_attention(problem=p, stats=True)[3].sum() == 4 + 3 + 2 + 1
 
 
 def test_sparse_mode_mask_matches_the_rules():

@@ -92,7 +92,7 @@ def _tiled(x: dict, **opts) -> tuple:
     saved = api.uses_decode
     api.uses_decode = lambda p: False
     try:
-        return api.forward_with_stats(p)
+        return api.flash_attention(problem=p, stats=True)
     finally:
         api.uses_decode = saved
 
@@ -109,7 +109,7 @@ def test_same_tiles_and_result_as_the_tiled_forward(kind):
         opts["mask"][1, ..., 64:256] = True
     p = prepare(**x, **opts)
     assert api.uses_decode(p)
-    o, lse, row_max, tiles = api.forward_with_stats(p)
+    o, lse, row_max, tiles = api.flash_attention(problem=p, stats=True)
     o2, lse2, row_max2, tiles2 = _tiled(x, **opts)
     np.testing.assert_array_equal(tiles, tiles2)
     np.testing.assert_allclose(o, o2, atol=2e-6)
@@ -179,33 +179,45 @@ def test_nonfinite_k_or_v_raises_without_a_separate_scan(plant, kind, dtype):
         m = np.zeros((1, 1, 1, 300), dtype=bool)
         m[..., row // 32 * 32:row // 32 * 32 + 32] = True       # the planted row's whole tile
         opts["mask"] = m
-    p = prepare(**x, scan_kv=False, block_k=32)
-    assert api.uses_decode(p) and not p.kv_scanned
+    p = prepare(**x, block_k=32, lazy_kv=True)
+    assert api.uses_decode(p) and p.lazy_kv and p.k_sq_norm is None
     with pytest.raises(ValueError, match=f"{name} contains NaN or inf"):
         flashlab.flash_attention(**x, **opts)
 
 
 def test_decode_skips_the_kv_scan_and_the_tiled_forward_does_it():
-    """prepare(scan_kv=False) leaves k and v unscanned; the frozen Problem is never changed:
-    scan_kv returns a scanned copy (with k's norm for the overflow bound), and the tiled
-    forward scans before it runs (a NaN in v is found), decode inside its kernel."""
+    """The lazy K/V scan is the problem's kind, fixed when it is made: the API forward's
+    prepare leaves k and v of a short query (``Problem.lazy_kv``) to the kernel and scans
+    every longer one, and the default prepare scans all; the frozen Problem is never changed:
+    scan_kv returns a scanned copy (with k's norm for the overflow bound); a tiled forward
+    (block_q < Sq) and the backward scan a lazy problem before they run (a NaN in v is
+    found), decode inside its kernel."""
     x = make_qkv(1, 4, 2, 1, 300, D, D)
-    p = prepare(**x, scan_kv=False)
-    assert not p.kv_scanned and p.k_sq_norm is None
-    api.forward_with_stats(p)
-    assert not p.kv_scanned and p.k_sq_norm is None           # decode: checked in the kernel
-    y = make_qkv(1, 4, 2, 40, 300, D, D)                      # Sq = 40 > DECODE_MAX_SQ: tiled
-    p = prepare(**y, scan_kv=False)
-    api.forward_with_stats(p)
-    assert not p.kv_scanned                                   # frozen: not changed in place
+    assert not prepare(**x).lazy_kv and prepare(**x).k_sq_norm is not None
+    p = prepare(**x, lazy_kv=True)
+    assert p.lazy_kv and p.k_sq_norm is None
+    api.flash_attention(problem=p, stats=True)
+    assert p.k_sq_norm is None                                # decode: checked in the kernel
     with pytest.raises(dataclasses.FrozenInstanceError):
-        p.kv_scanned = True
+        p.k_sq_norm = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.lazy_kv = False                                     # the kind never changes
     scanned = scan_kv(p)
-    assert scanned.kv_scanned and scanned.k_sq_norm == pytest.approx(
-        float((y["k"].astype(np.float64) ** 2).sum(-1).max()), rel=1e-12)
+    assert scanned.k_sq_norm == pytest.approx(
+        float((x["k"].astype(np.float64) ** 2).sum(-1).max()), rel=1e-12)
+    y = make_qkv(1, 4, 2, 40, 300, D, D)                      # Sq = 40 > DECODE_MAX_SQ: scanned
+    p = prepare(**y, lazy_kv=True)
+    assert not p.lazy_kv and p.k_sq_norm is not None
     y["v"][0, 0, 3, 3] = np.nan
     with pytest.raises(ValueError, match="v contains NaN or inf"):
-        flashlab.flash_attention(**y)
+        prepare(**y, lazy_kv=True)
+    z = make_qkv(1, 4, 2, 4, 300, D, D)                       # lazy, but run tiled or backward
+    z["v"][0, 0, 3, 3] = np.nan
+    with pytest.raises(ValueError, match="v contains NaN or inf"):
+        flashlab.flash_attention(**z, block_q=2)
+    do = np.ones((1, 4, 4, D), dtype=z["q"].dtype)
+    with pytest.raises(ValueError, match="v contains NaN or inf"):
+        flashlab.flash_attention_backward(do, **z, o=do, lse=np.zeros((1, 4, 4), np.float32))
 
 
 def test_deterministic_across_thread_counts(tmp_path):

@@ -275,7 +275,7 @@ def _run_poisoned(inputs, poison_keys, **opts):
     k, v = p.k.copy(), p.v.copy()
     k[:, :, poison_keys] = np.nan
     v[:, :, poison_keys] = np.nan
-    o, lse = api.forward_with_stats(dataclasses.replace(p, k=k, v=v), check_overflow=False)[:2]
+    o, lse = api._forward(dataclasses.replace(p, k=k, v=v), False)[:2]
     return o, lse
 
 

@@ -7,7 +7,7 @@ forward's validated problem, and the torch door's eager path.
   backward, and bit for bit against the parallel builds of the same functions.
   Tolerances: float32 ``o`` and ``lse`` within ``1e-5 * max(1, max|ref|)`` of the float64
   reference, gradients within ``2e-5 * max(1, max|ref|)``; float64 within ``1e-10``.
-* :func:`flashlab.compat.forward_state` / :func:`~flashlab.compat.backward_from_state` give
+* ``flash_attn_func(return_state=True)`` / ``flash_attn_func_backward(state=...)`` give
   the bits of :func:`~flashlab.compat.flash_attn_func` / ``flash_attn_func_backward``.
 * The torch door's eager path (:class:`flashlab.torch_attention._EagerAttention`) gives the
   bits of the registered op with its autograd formula.
@@ -28,7 +28,7 @@ from flashlab.kernels import backward as kb
 from flashlab.kernels import decode as kd
 from flashlab.kernels import forward as kf
 from flashlab.numba_cache import serial_twin
-from flashlab.validation import prepare
+from flashlab.validation import prepare, prepare_like
 
 #: (B, H, Hkv, Sq, Sk, Dqk, Dv): odd lengths, GQA/MQA, Dv != Dqk, decode-sized and tiled queries
 SHAPES = [
@@ -151,8 +151,9 @@ def test_serial_and_parallel_builds_give_the_same_bits(monkeypatch, shape, kind)
     do = np.random.default_rng(1).standard_normal((B, H, Sq, Dv)).astype(np.float32)
 
     def run():
-        o, lse, row_max, tiles = api.forward_with_stats(p)
-        grads, btiles = api.backward_with_tiles(p, do, o, lse)
+        o, lse, row_max, tiles = api.flash_attention(problem=p, stats=True)
+        grads, btiles = api.flash_attention_backward(do, o=o, lse=lse, problem=p, tiles=True,
+                                                     block_q=p.block_q, block_k=p.block_k)
         return (o, lse, row_max, tiles, btiles) + tuple(grads)
 
     par, ser = _both_builds(monkeypatch, run)
@@ -161,26 +162,27 @@ def test_serial_and_parallel_builds_give_the_same_bits(monkeypatch, shape, kind)
 
 
 @pytest.mark.parametrize("kind", ["none", "causal", "dropout"])
-def test_backward_from_state_matches_the_public_backward(kind):
-    """compat.forward_state + backward_from_state (no second validation) give the bits of
-    flash_attn_func + flash_attn_func_backward, and refuse a non-finite dout the same way."""
+def test_backward_from_a_state_matches_the_public_backward(kind):
+    """flash_attn_func(return_state=True) + flash_attn_func_backward(state=) (no second
+    check of q, k, v) give the bits of flash_attn_func + flash_attn_func_backward, and refuse
+    a non-finite dout the same way."""
     rng = np.random.default_rng(4)
     q = rng.standard_normal((2, 9, 4, 8), dtype=np.float32)
     k, v = (rng.standard_normal((2, 13, 2, 8), dtype=np.float32) for _ in range(2))
     opts = {"none": {}, "causal": {"causal": True},
             "dropout": {"causal": True, "dropout_p": 0.3, "seed": 11}}[kind]
-    out, lse, state = compat.forward_state(q, k, v, **opts)
+    out, lse, state = compat.flash_attn_func(q, k, v, **opts, return_state=True)
     out2, lse2 = compat.flash_attn_func(q, k, v, **opts, return_lse=True)
     assert np.array_equal(out, out2) and np.array_equal(lse, lse2)
     dout = rng.standard_normal(out.shape, dtype=np.float32)
-    grads = compat.backward_from_state(state, dout, lse)
+    grads = compat.flash_attn_func_backward(dout, softmax_lse=lse, state=state)
     grads2 = compat.flash_attn_func_backward(dout, q, k, v, out, lse, **opts)
     for g, g2 in zip(grads, grads2):
         assert g.shape == g2.shape and np.array_equal(g, g2)
     bad = dout.copy()
     bad[0, 0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="do contains NaN or inf"):
-        compat.backward_from_state(state, bad, lse)
+        compat.flash_attn_func_backward(bad, softmax_lse=lse, state=state)
 
 
 def test_torch_eager_path_gives_the_op_path_bits():
@@ -366,42 +368,44 @@ def test_problem_shape_and_threshold_follow_every_copy():
 
     from flashlab.dropout import keep_threshold
     x = make_qkv(1, 2, 1, 7, 129, 16, 8)
-    p = prepare(**x, dropout_p=0.25, seed=1, scan_kv=False)
+    p = prepare(**x, dropout_p=0.25, seed=1)
     assert p.shape == (1, 2, 1, 7, 129, 16, 8) and p.drop_threshold == keep_threshold(0.25)
     assert dataclasses.replace(p, dropout_p=0.5).drop_threshold == keep_threshold(0.5)
     y = make_qkv(1, 2, 1, 7, 33, 16, 4)
-    copy = p.with_operands(y["q"], y["k"], y["v"])
+    copy = prepare_like(p, y["q"], y["k"], y["v"])
     assert copy.shape == (1, 2, 1, 7, 33, 16, 4) and p.shape == (1, 2, 1, 7, 129, 16, 8)
     assert p.with_blocks(4, 8).shape == p.shape
     assert api.scan_kv(p).shape == p.shape
 
 
-def test_backward_from_state_uses_its_own_lse_unless_given_one():
+def test_backward_from_a_state_uses_its_own_lse_unless_given_one():
     """Without ``softmax_lse`` the backward reads the forward's own LSE (the torch door's,
     which its caller never saw): the same bits as passing it; a given LSE is still checked."""
     rng = np.random.default_rng(12)
     q, k, v = (rng.standard_normal((2, 9, 2, 8), dtype=np.float32) for _ in range(3))
-    out, lse, state = compat.forward_state(q, k, v, causal=True)
+    out, lse, state = compat.flash_attn_func(q, k, v, causal=True, return_state=True)
     dout = rng.standard_normal(out.shape, dtype=np.float32)
-    for a, b in zip(compat.backward_from_state(state, dout),
-                    compat.backward_from_state(state, dout, lse)):
+    for a, b in zip(compat.flash_attn_func_backward(dout, state=state),
+                    compat.flash_attn_func_backward(dout, softmax_lse=lse, state=state)):
         assert np.array_equal(a, b)
     bad = lse.copy()
     bad[1, 0, 3] = np.nan
     with pytest.raises(ValueError, match=r"lse contains NaN or \+inf"):
-        compat.backward_from_state(state, dout, bad)
+        compat.flash_attn_func_backward(dout, softmax_lse=bad, state=state)
 
 
 def test_a_backward_after_a_decode_forward_tests_every_tile():
-    """A decode forward checks K as it reads it and leaves no norm of K, so the backward tests
-    every recomputed tile for overflow (a few query rows: cheaper than a pass over K), while
-    a scanned problem keeps the norm bound."""
+    """A decode forward checks K as it reads it and leaves no norm of K: a kernel run on that
+    problem tests every recomputed tile for overflow, while a scanned problem (the default
+    prepare, or scan_kv's copy, which the backward makes of a lazy problem) keeps the bound."""
     x = make_qkv(1, 2, 1, 4, 300, 8, 8)
-    p = prepare(**x, scan_kv=False)
-    _, _, p_after = api.forward_for_backward(p)
+    p = prepare(**x, lazy_kv=True)
+    p_after = api._forward(p, None)[4]
     assert api.uses_decode(p) and p_after.k_sq_norm is None
     assert api._check_every_tile(p_after, np.float32)
-    assert not api._check_every_tile(prepare(**x), np.float32)    # small values: bounded
+    # small values: bounded
+    assert not api._check_every_tile(prepare(**x), np.float32)
+    assert not api._check_every_tile(api.scan_kv(p_after), np.float32)
 
 
 def test_kernels_carry_no_formatted_error_messages(monkeypatch):

@@ -174,7 +174,7 @@ def test_decode_checks_k_before_the_cap():
     """The decode kernel checks K as it reads it: an inf in K is refused, not capped to +-softcap."""
     x, _ = _case(1, 129, "none")
     x["k"][0, 1, 5, 3] = np.inf
-    assert api.uses_decode(prepare(**x, softcap=5.0, scan_kv=False))
+    assert api.uses_decode(prepare(**x, softcap=5.0, lazy_kv=True))
     with pytest.raises(ValueError, match="^k "):
         flashlab.flash_attention(**x, softcap=5.0)
 

@@ -434,7 +434,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                     q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
                     block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st))
-        o, l, m, _ = api.forward_with_stats(p)
+        o, l, m, _ = api.flash_attention(problem=p, stats=True)
         put_rows(out, c.q_rows, st.varlen, o)
         put_rows(lse, c.q_rows, st.varlen, l)
         put_rows(row_max, c.q_rows, st.varlen, m)

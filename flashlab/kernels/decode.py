@@ -68,18 +68,17 @@ from flashlab.kernels.tile import (
 )
 from flashlab.masks import EMPTY, FULL, cdiv_jit, kv_block_range, tile_class, tile_fully_masked
 from flashlab.numba_cache import CACHE, serial_twin
-from flashlab.tiling import cdiv
+from flashlab.tiling import DECODE_MAX_SQ, cdiv
 
 __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "DECODE_MAX_SQ",
            "DECODE_MIN_ITEMS", "DECODE_MIN_CHUNK_BLOCKS", "GEMV_MAX_ROWS", "flash_decode_serial",
            "merge_splits_serial"]
 
-#: The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (and the query
-#: fits one q-block, no RoPE operands). Decode and speculative decoding have Sq of 1 to ~8.
-#: Measured (B=1, H=32, Hkv=8, D=128, fp32, interleaved): Sk=8192, Sq=1: decode 0.21 ms vs
-#: tiled forward 1.6 ms; Sq=16: 0.78 vs 1.9 ms; at Sq=64 the two are even (~2.4 ms), as the
-#: tiled forward's gemms are no longer matrix-vector products.
-DECODE_MAX_SQ = 16
+# The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (defined in
+# flashlab.tiling, which validation reads; re-exported here). Measured (B=1, H=32, Hkv=8,
+# D=128, fp32, interleaved): Sk=8192, Sq=1: decode 0.21 ms vs tiled forward 1.6 ms; Sq=16:
+# 0.78 vs 1.9 ms; at Sq=64 the two are even (~2.4 ms), as the tiled forward's gemms are no
+# longer matrix-vector products.
 #: :func:`kv_splits` splits the key axis until there are at least this many work items
 #: ``B * Hkv * n_split``. A constant, never the thread count (the bits must not depend on it);
 #: 16 leaves several items per core on machines with up to ~8 cores. Measured at B=1,

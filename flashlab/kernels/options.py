@@ -1,7 +1,7 @@
 """The options record: everything a kernel needs besides its operands and outputs, in one value.
 
 :mod:`flashlab.api` builds one :class:`TileOptions` per call from a checked
-:class:`~flashlab.validation.Problem` (:func:`flashlab.api.tile_options`), and every CPU kernel
+:class:`~flashlab.validation.Problem` (``flashlab.api.tile_options``), and every CPU kernel
 takes it last: ``kernel(q, k, v, ...outputs, options)``. It is a ``NamedTuple``, which Numba
 passes to ``@njit`` (and ``prange``) code as a typed tuple of scalars and arrays: a field is
 read as ``options.scale``, and one tuple type exists per compute dtype (absent operands are
