@@ -35,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mla", action="store_true", help="skip the MLA section")
     ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
                     "and flashlab and torch SDPA at the concatenated 192/128)")
+    ap.add_argument("--mla-sizes", type=int, nargs="+", help="MLA S values")
+    ap.add_argument("--clock", choices=("wall", "cpu"), help="time by wall time, each library on its "
+                    "own threads (the default), or by the process's CPU time on one thread, rounds "
+                    "until the paired ratios resolve ±5 %% (the default of --mla-only)")
+    ap.add_argument("--min-rounds", type=int, help="--clock cpu: rounds before the first check")
+    ap.add_argument("--max-rounds", type=int, help="--clock cpu: rounds at most")
+    ap.add_argument("--max-timed-seconds", type=float, help="timed seconds per case at most")
+    ap.add_argument("--settle-seconds", type=float, help="an untimed pause before each timed call")
     ap.add_argument("--decode-only", action="store_true", help="only the decode section "
                     "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
@@ -84,8 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mla:
         changes["mla_sizes"] = ()
     if args.mla_only:
+        # the MLA ratios feed the vendor table's CPU column: timed on the CPU clock by default
         changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False,
-                       pipeline_explorer=False, decode_sizes=())
+                       pipeline_explorer=False, decode_sizes=(), clock="cpu")
+    for name in ("mla_sizes", "clock", "min_rounds", "max_rounds", "max_timed_seconds", "settle_seconds"):
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = tuple(value) if isinstance(value, list) else value
     if args.decode_only and (args.no_decode or args.mla_only):
         ap.error("--decode-only excludes --no-decode and --mla-only")
     if args.decode_only:
