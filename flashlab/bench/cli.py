@@ -16,7 +16,7 @@ from typing import Any
 from flashlab.bench.ceiling import ceiling_lines, ceiling_run
 from flashlab.bench.config import FULL, QUICK
 from flashlab.bench.measure import run_worker
-from flashlab.bench.report import save_results, to_markdown
+from flashlab.bench.report import load_results, merge_results, save_results, to_markdown
 from flashlab.bench.suite import run_suite
 
 __all__ = ["main"]
@@ -57,12 +57,19 @@ def main(argv: list[str] | None = None) -> int:
                     "rows, into OUT/overhead.json")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="BENCH_JSON", help="merge runs of one "
+                    "configuration at different sizes (bench.merge_results) into OUT/bench.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         run_worker(args.worker)
         return 0
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
+    if args.merge:
+        merged = merge_results([load_results(p) for p in args.merge])
+        json_path, md_path = save_results(merged, out)
+        print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+        return 0
     if args.ceiling_only and (args.mla_only or args.decode_only or args.sizes):
         ap.error("--ceiling-only runs its own problems: it excludes --mla-only, --decode-only "
                  "and --sizes")

@@ -122,8 +122,8 @@ class BenchConfig:
         if self.clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}; got {self.clock!r}")
         if not 2 <= self.min_rounds <= self.max_rounds:
-            raise ValueError(f"need 2 <= min_rounds <= max_rounds; got {self.min_rounds}, "
-                             f"{self.max_rounds}")
+            raise ValueError(f"need 2 <= min_rounds <= max_rounds; got min_rounds={self.min_rounds}, "
+                             f"max_rounds={self.max_rounds}")
         if self.first_call not in ("compile", "cache", None):
             raise ValueError(f"first_call must be 'compile', 'cache' or None; got {self.first_call!r}")
         if not 0 < self.memory_headroom <= 1:

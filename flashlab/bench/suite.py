@@ -32,7 +32,8 @@ from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["SINGLE_THREAD_ENV", "CPU_CLOCK_NOTE", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
+__all__ = ["SINGLE_THREAD_ENV", "CPU_CLOCK_NOTE",
+           "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
            "run_group", "run_suite"]
 
 
