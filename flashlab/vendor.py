@@ -293,7 +293,7 @@ def _cpu(a, b, fmt: str, note: str, transform=lambda v: v) -> Estimate:
               f"(bootstrap over the rounds)")
     if pr.resolved:
         return Estimate(med, med, f"{fmt.format(med)} ({interval})",
-                        f"{note}; {rounds}, within ±{CPU_RESOLUTION:.0%}: resolved")
+                        f"{note}; {rounds}, the ratio within ±{CPU_RESOLUTION:.0%}: resolved")
     why = (f"fewer than {MIN_ROUNDS} rounds" if pr.rounds < MIN_ROUNDS else
            f"wider than ±{CPU_RESOLUTION:.0%} (±{pr.halfwidth:.0%} of the median {fmt.format(med)})")
     return Estimate(None, None, f"unresolved ({interval})", f"{note}; {rounds}: {why}, unresolved",

@@ -163,7 +163,11 @@ def _part(sizes, load):
 
 
 def test_runs_at_different_sizes_merge_into_one():
-    m = bench.merge_results([_part((1024,), 0.5), _part((4096,), 1.5)])
+    longer = _part((4096,), 1.5)
+    longer["config"]["max_timed_seconds"] = 35.0          # a part's own time budget
+    m = bench.merge_results([_part((1024,), 0.5), longer])
+    assert m["config"]["max_timed_seconds"] == 35.0
+    assert [p["max_timed_seconds"] for p in m["parts"]] == [bench.FULL.max_timed_seconds, 35.0]
     assert m["config"]["mla_sizes"] == [1024, 4096]
     assert [(c["section"], c["n"]) for c in m["cases"]] == [("attention", 1024), ("attention", 4096),
                                                             ("mla", 1024), ("mla", 4096)]

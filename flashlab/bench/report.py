@@ -39,18 +39,20 @@ def merge_results(parts: list[dict]) -> dict:
     as :func:`run_suite` orders them, each size's rows from the part that ran it.
 
     The first part gives the date, machine and notes; the load average at the start is the first
-    part's, at the end the last one's, and ``parts`` keeps each part's date, sizes, load averages
-    and duration. ``ValueError`` if the parts' configurations differ in more than their sizes, or
-    their CPU, or a size is in two parts.
+    part's, at the end the last one's, and ``parts`` keeps each part's date, sizes, time budget
+    (``max_timed_seconds``, which may differ: the merged configuration has the largest), load
+    averages and duration. ``ValueError`` if the parts' configurations differ in more than these,
+    or their CPU, or a size is in two parts.
     """
     if not parts:
         raise ValueError("parts must hold at least one result")
     sized = ("sizes", "mla_sizes")
+    own = sized + ("max_timed_seconds",)      # what each part may set for itself
     first = parts[0]
     for p in parts[1:]:
-        rest = {k: v for k, v in p["config"].items() if k not in sized}
-        if rest != {k: v for k, v in first["config"].items() if k not in sized}:
-            raise ValueError("parts must share their configuration but for sizes and mla_sizes")
+        rest = {k: v for k, v in p["config"].items() if k not in own}
+        if rest != {k: v for k, v in first["config"].items() if k not in own}:
+            raise ValueError(f"parts must share their configuration but for {own}")
         if p["machine"]["cpu"] != first["machine"]["cpu"] or p.get("timing") != first.get("timing"):
             raise ValueError("parts must come from one machine and one timing")
     config = dict(first["config"])
@@ -59,6 +61,7 @@ def merge_results(parts: list[dict]) -> dict:
         if len(set(values)) != len(values):
             raise ValueError(f"a size of {key} is in two parts: {values}")
         config[key] = sorted(values)
+    config["max_timed_seconds"] = max(p["config"]["max_timed_seconds"] for p in parts)
     cases = [c for p in parts for c in p["cases"]]
     cases = [c for c in cases if c["section"] != "mla"] + [c for c in cases if c["section"] == "mla"]
     matmul = {"start": first["matmul"]["start"], "end": parts[-1]["matmul"]["end"],
@@ -70,7 +73,7 @@ def merge_results(parts: list[dict]) -> dict:
               "duration_seconds": sum(p["duration_seconds"] for p in parts),
               "parts": [{k: p[k] for k in ("date", "load_average_start", "load_average_end",
                                            "duration_seconds")}
-                        | {k: p["config"][k] for k in sized} for p in parts]}
+                        | {k: p["config"][k] for k in own} for p in parts]}
     result["backward_over_forward"] = backward_over_forward(result)
     result["targets"] = evaluate_targets(result)
     return result
@@ -214,7 +217,7 @@ def _setup_lines(result: dict, cfg: BenchConfig) -> list[str]:
                if cfg.clock == "cpu" else
                f"time: the median of up to {cfg.repeats} timed call(s) after a warm-up call")
             + ("; the implementations of a shape timed in turn, round by round"
-               if result.get("timing") == "interleaved" else
+               if result.get("timing") in ("interleaved", "paired") else
                "; each case timed on its own (a run before interleaved timing)")
             + f"; peak memory (a fresh process per case) at N in "
             f"{'all' if cfg.memory_sizes is None else list(cfg.memory_sizes)}, causal in "
