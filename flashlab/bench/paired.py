@@ -5,8 +5,8 @@ paired ratio per round, $r_i = t^A_i / t^B_i$: a change of load that lasts a rou
 times and mostly cancels in $r_i$. The estimate is the median of the $r_i$ and its uncertainty a
 percentile bootstrap over the rounds (resample the $n$ rounds with replacement, take the median,
 :data:`BOOTSTRAP_SAMPLES` times, with a fixed seed so the interval is reproducible). A ratio
-*resolves* when it has at least :data:`MIN_ROUNDS` rounds and its 95 % interval lies within
-:data:`RESOLUTION` (±5 %) of the median: then a 10 % effect is told from none. The rounds'
+*resolves* when it has at least :data:`MIN_ROUNDS` rounds and its 95 % interval lies within a
+factor ``1 +`` :data:`RESOLUTION` (±5 %) of the median either way: then a 10 % effect is told from none. The rounds'
 minimum is there because a percentile bootstrap of a median from a handful of rounds is not a
 95 % interval: from 3 rounds it is the range of the three ratios, which holds the true median only
 $1 - 2 \cdot 2^{-3} = 75\,\%$ of the time.
@@ -45,8 +45,10 @@ class PairedRatio:
 
     @property
     def halfwidth(self) -> float:
-        """The interval's larger distance from the median, as a share of it."""
-        return max(self.high / self.median - 1, 1 - self.low / self.median)
+        """The interval's larger distance from the median, as a factor less one: ``h`` such that
+        ``median / (1 + h) <= low`` and ``high <= median * (1 + h)``. A factor, so that the ratio
+        ``b / a`` has the half-width of ``a / b``."""
+        return max(self.high / self.median, self.median / self.low) - 1
 
     @property
     def resolved(self) -> bool:
