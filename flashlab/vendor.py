@@ -259,8 +259,8 @@ def _npu_seconds(steps, names, chip: ChipModel) -> float:
 
 
 #: the CPU column prints a ratio when its 95 % interval lies within this share of its median
-#: (:data:`flashlab.bench.paired.RESOLUTION`, ±5 %: a 10 % effect is then told from none) and it
-#: has :data:`flashlab.bench.paired.MIN_ROUNDS` rounds; another is printed "unresolved", with its
+#: (``flashlab.bench.RESOLUTION``, ±5 %: a 10 % effect is then told from none) and it
+#: has ``flashlab.bench.MIN_ROUNDS`` rounds; another is printed "unresolved", with its
 #: interval
 CPU_RESOLUTION = RESOLUTION
 

@@ -26,7 +26,7 @@ What is measured for each case
       in the next one's time. The backward times the backward alone (the forward's outputs
       are ready). With ``--clock cpu`` (the default of ``--mla-only``) the clock is the process's
       CPU time with every library on one thread, and the rounds go on until every paired ratio
-      resolves (:func:`time_paired`, :mod:`flashlab.bench.paired`).
+      resolves (:func:`time_paired`, ``flashlab.bench.paired``).
     * **GFLOP/s**: the matmul FLOPs of the case over its time, the same count for every
       implementation of a case, so GFLOP/s ratios are time ratios:
       :func:`flashlab.cost.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and

@@ -209,7 +209,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
                 clock: Clock = time.process_time, matmul_n: int = 4096, matmul_repeats: int = 1
                 ) -> tuple[dict[Case, dict], dict, dict]:
     """Time ``cases`` (one shape, several implementations) call by call until every paired ratio
-    resolves (:mod:`flashlab.bench.paired`).
+    resolves (``flashlab.bench.paired``).
 
     Each case gets one warm-up call; then rounds in which each case is timed once, in turn, the
     order reversed every other round (A B C, C B A, ...), so that no case always follows the same
@@ -221,7 +221,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     or at ``max_rounds``, or once the timed calls add up to ``max_timed_seconds`` per case.
 
     Returns ``({case: {"seconds", "times", "paired_vs"}}, matmul, {"rounds", "resolved",
-    "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.bench.paired.paired_ratio` of
+    "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.bench.paired_ratio` of
     the other's times over this one's (its speed against the other, as ``speed_vs``), as a dict;
     ``matmul``: numpy's float32 ``matmul_n`` cubed on the same clock after the rounds; a case that
     raised ``MemoryError`` gets ``{"error": reason}``.

@@ -4,9 +4,9 @@ Two implementations timed in turn, round by round (:func:`flashlab.bench.time_pa
 paired ratio per round, $r_i = t^A_i / t^B_i$: a change of load that lasts a round hits both
 times and mostly cancels in $r_i$. The estimate is the median of the $r_i$ and its uncertainty a
 percentile bootstrap over the rounds (resample the $n$ rounds with replacement, take the median,
-:data:`BOOTSTRAP_SAMPLES` times, with a fixed seed so the interval is reproducible). A ratio
-*resolves* when it has at least :data:`MIN_ROUNDS` rounds and its 95 % interval lies within a
-factor ``1 +`` :data:`RESOLUTION` (±5 %) of the median either way: then a 10 % effect is told from none. The rounds'
+``BOOTSTRAP_SAMPLES`` times, with a fixed seed so the interval is reproducible). A ratio
+*resolves* when it has at least ``MIN_ROUNDS`` rounds and its 95 % interval lies within a
+factor ``1 +`` ``RESOLUTION`` (±5 %) of the median either way: then a 10 % effect is told from none. The rounds'
 minimum is there because a percentile bootstrap of a median from a handful of rounds is not a
 95 % interval: from 3 rounds it is the range of the three ratios, which holds the true median only
 $1 - 2 \cdot 2^{-3} = 75\,\%$ of the time.
@@ -45,15 +45,16 @@ class PairedRatio:
 
     @property
     def halfwidth(self) -> float:
-        """The interval's larger distance from the median, as a factor less one: ``h`` such that
-        ``median / (1 + h) <= low`` and ``high <= median * (1 + h)``. A factor, so that the ratio
+        """The smallest ``h`` with ``median / (1 + h) <= low`` and ``high <= median * (1 + h)``.
+
+        The interval's larger distance from the median as a factor less one, so that the ratio
         ``b / a`` has the half-width of ``a / b``."""
         return max(self.high / self.median, self.median / self.low) - 1
 
     @property
     def resolved(self) -> bool:
-        """Whether the ratio has :data:`MIN_ROUNDS` rounds and its interval lies within
-        :data:`RESOLUTION` of the median."""
+        """Whether the ratio has ``MIN_ROUNDS`` rounds and its interval lies within
+        ``RESOLUTION`` of the median."""
         return self.rounds >= MIN_ROUNDS and self.halfwidth <= RESOLUTION
 
     def to_dict(self) -> dict:
@@ -66,7 +67,7 @@ class PairedRatio:
 
 def paired_ratio(a: Sequence[float], b: Sequence[float], *, samples: int = BOOTSTRAP_SAMPLES,
                  seed: int = BOOTSTRAP_SEED) -> PairedRatio:
-    """The median of ``a[i] / b[i]`` over the rounds ``i`` both have, and its :data:`CONFIDENCE`
+    """The median of ``a[i] / b[i]`` over the rounds ``i`` both have, and its ``CONFIDENCE``
     percentile-bootstrap interval (``samples`` resamples of the rounds, seeded by ``seed``).
 
     ``a``, ``b``: positive times, one per round (length n >= 1; the longer is cut to the shorter).
