@@ -46,17 +46,17 @@ import dataclasses
 import functools
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import cost, rect
+from flashlab.bench.paired import MIN_ROUNDS, RESOLUTION, PairedRatio, paired_ratio_of_rows
 from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline import calibrated
 from flashlab.pipeline.calibrated import ChipModel
 
 __all__ = ["DATA_DIR", "ESTIMATES", "VERDICTS", "QUARTER", "HALF", "SCENARIO", "IDEA_ORDER", "CPU_RESOLUTION",
-           "paired_ratio", "Estimate",
+           "cpu_ratio", "Estimate",
            "VendorRow", "classify", "verdict", "verdicts", "SENSITIVITY_PARAMETERS", "sensitivity",
            "sensitivity_markdown", "amdahl_share", "vendor_table", "row", "verdict_headline", "table_markdown"]
 
@@ -100,14 +100,16 @@ SCENARIO = ("the vendor's configuration as far as the post tells it: one DeepSee
 class Estimate:
     """One estimate of a figure: ``low`` .. ``high`` (equal for a single number; both None when
     the figure is not modelled this way), the cell ``text`` (a dash when not modelled), in
-    ``note`` what exactly it compares (when not modelled: why not), and ``like``: whether it
-    estimates the same quantity as the figure."""
+    ``note`` what exactly it compares (when not modelled: why not), ``like``: whether it
+    estimates the same quantity as the figure, and ``resolved``: False for a measurement too
+    noisy to give a value (no value then; the text says "unresolved")."""
 
     low: float | None
     high: float | None
     text: str
     note: str = ""
     like: bool = False
+    resolved: bool = True
 
     @property
     def known(self) -> bool:
@@ -256,39 +258,46 @@ def _npu_seconds(steps, names, chip: ChipModel) -> float:
                for s in steps if names is None or s.name in names)
 
 
-#: the CPU column resolves a ratio when two standard errors of its median are within this share
-CPU_RESOLUTION = 0.10
+#: the CPU column prints a ratio when its 95 % interval lies within this share of its median
+#: (``flashlab.bench.RESOLUTION``, ±5 %: a 10 % effect is then told from none) and it
+#: has ``flashlab.bench.MIN_ROUNDS`` rounds; another is printed "unresolved", with its
+#: interval
+CPU_RESOLUTION = RESOLUTION
 
 
-def paired_ratio(a: dict | list[dict], b: dict | list[dict]) -> tuple[float, float, int]:
-    r"""``(median, resolution, rounds)`` of the per-round ratios of the times of ``a`` over ``b``.
+def cpu_ratio(a: dict | list[dict], b: dict | list[dict]) -> PairedRatio:
+    r"""The median over rounds of the paired ratio $t_a / t_b$ of two measured rows, with its
+    bootstrap interval (:class:`flashlab.bench.PairedRatio`).
 
-    ``a`` and ``b`` are measured rows of an interleaved run (``"times"``: one call per round, the
-    implementations of one shape timed in turn in each round), or lists of rows whose times are
-    summed round by round (a forward and its backward). Each round gives one paired ratio $r_i$;
-    the estimate is their median, and its resolution two standard errors of a median,
-    $2 \cdot 1.2533\, s / \sqrt{n}$ with $s$ the spread of $\ln r_i$ (a relative error).
+    ``a`` and ``b`` are rows of one interleaved run (``"times"``: one call per round, the
+    implementations of one shape timed in turn in each round). A row timed on the CPU clock
+    stores the ratio against the others of its round (``"paired_vs"``): it is read from there. Other
+    rows (a run on the wall clock), and lists of rows whose times are summed round by round (a
+    forward and its backward), are computed from the times by the same
+    :func:`flashlab.bench.paired_ratio`.
     """
-    def times(rows):
-        rows = rows if isinstance(rows, list) else [rows]
-        n = min(len(r["times"]) for r in rows)
-        return [sum(r["times"][i] for r in rows) for i in range(n)]
-    ta, tb = times(a), times(b)
-    n = min(len(ta), len(tb))
-    r = [x / y for x, y in zip(ta[:n], tb[:n])]
-    logs = [math.log(x) for x in r]
-    # SE of a median ~ 1.2533 sigma / sqrt(n); two of them, relative (log scale)
-    res = 2 * 1.2533 * statistics.stdev(logs) / math.sqrt(n) if n > 1 else math.inf
-    return statistics.median(r), res, n
+    if isinstance(a, dict) and isinstance(b, dict) and a["impl"] in b.get("paired_vs", {}):
+        return PairedRatio.from_dict(b["paired_vs"][a["impl"]])
+    return paired_ratio_of_rows(a, b)
 
 
 def _cpu(a, b, fmt: str, note: str, transform=lambda v: v) -> Estimate:
-    """The CPU column's estimate: the paired median of ``a / b`` (transformed), its note naming
-    the rounds and the resolution."""
-    med, res, n = paired_ratio(a, b)
-    ok = "resolves" if res <= CPU_RESOLUTION else "does NOT resolve"
-    return _single(transform(med), fmt, f"{note}; median of {n} paired interleaved rounds, ±{res:.0%} "
-                                        f"({ok} {CPU_RESOLUTION:.0%})")
+    """The CPU column's estimate: the median paired ratio ``a / b`` (transformed) and its 95 %
+    interval; when the interval is wider than :data:`CPU_RESOLUTION` the cell says "unresolved"
+    and the estimate has no value (``resolved`` False)."""
+    pr = cpu_ratio(a, b)
+    med = transform(pr.median)
+    lo, hi = sorted((transform(pr.low), transform(pr.high)))
+    interval = f"{fmt.format(lo)}–{fmt.format(hi)}" if math.isfinite(hi - lo) else "no interval"
+    rounds = (f"median of {pr.rounds} paired interleaved rounds, 95 % interval {interval} "
+              f"(bootstrap over the rounds)")
+    if pr.resolved:
+        return Estimate(med, med, f"{fmt.format(med)} ({interval})",
+                        f"{note}; {rounds}, the ratio within ±{CPU_RESOLUTION:.0%}: resolved")
+    why = (f"fewer than {MIN_ROUNDS} rounds" if pr.rounds < MIN_ROUNDS else
+           f"wider than ±{CPU_RESOLUTION:.0%} (±{pr.halfwidth:.0%} of the median {fmt.format(med)})")
+    return Estimate(None, None, f"unresolved ({interval})", f"{note}; {rounds}: {why}, unresolved",
+                    resolved=False)
 
 
 def _load(path: Path) -> dict:
@@ -369,14 +378,15 @@ def _steps(problem: rect.MLAProblem):
 def _mla_rows(mla_run: dict) -> tuple[dict, int]:
     """``({(dataflow, direction): row}, S)`` of the committed MLA run at the largest $S$ at which
     every ratio the table takes from it (native V forward and backward, split RoPE's forward)
-    resolves :data:`CPU_RESOLUTION`; the largest $S$ when none does (the notes then say so)."""
+    resolves :data:`CPU_RESOLUTION`; the largest $S$ when none does (the cells then say
+    "unresolved")."""
     sizes = sorted({r["n"] for r in mla_run["cases"] if r["section"] == "mla"}, reverse=True)
     flows = (Dataflow.BASELINE, Dataflow.NATIVE_V, Dataflow.RECT)
     for s in sizes:
         rows = {(f, d): _mla_case(mla_run, f"mla:{f}", d, s) for f in flows for d in ("forward", "backward")}
         pairs = [(Dataflow.BASELINE, Dataflow.NATIVE_V, "forward"), (Dataflow.BASELINE, Dataflow.NATIVE_V, "backward"),
                  (Dataflow.NATIVE_V, Dataflow.RECT, "forward")]
-        if all(paired_ratio(rows[a, d], rows[b, d])[1] <= CPU_RESOLUTION for a, b, d in pairs):
+        if all(cpu_ratio(rows[a, d], rows[b, d]).resolved for a, b, d in pairs):
             return rows, s
     s = sizes[0]
     return {(f, d): _mla_case(mla_run, f"mla:{f}", d, s) for f in flows for d in ("forward", "backward")}, s
@@ -392,8 +402,11 @@ def _inputs(bench_json, mla_bench_json, problem: rect.MLAProblem, chip: ChipMode
     comp_b = {c: rect.compose_backward(problem, c, chip=chip) for c in rect.all_combinations()}
     mla_cpu, s_mla = _mla_rows(mla_run)
     h_mla = mla_cpu[Dataflow.BASELINE, "forward"]["heads"]
+    threads = mla_run["machine"]["numba_threads"]
+    clock = ("CPU time" if mla_run["config"].get("clock") == "cpu" else "wall time")
     return _Inputs(problem, chip, fwd, bwd, kernel_flops, comp, comp_b, full, mla_cpu,
-                   f"S = {s_mla}, H = {h_mla}, float32, non-causal, 2 threads",
+                   f"S = {s_mla}, H = {h_mla}, float32, non-causal, {threads} "
+                   f"thread{'s' if threads > 1 else ''}, {clock}",
                    f"B = {problem.batch}, H = {problem.heads}, S = {problem.seq}, causal, bf16")
 
 
@@ -502,7 +515,7 @@ def _end_to_end_row(x: _Inputs) -> VendorRow:
     t = {i: x.comp[i].total + x.comp_b[i].total for i in (b, a)}
     s_pipe = t[b] / t[a]
     rows_cpu = {f: [x.mla_cpu[f, "forward"], x.mla_cpu[f, "backward"]] for f in (base, native)}
-    s_cpu = paired_ratio(rows_cpu[base], rows_cpu[native])[0]
+    s_cpu = cpu_ratio(rows_cpu[base], rows_cpu[native]).median
     share = functools.partial(amdahl_share, 0.048)
     # the vendor's own operator figures: forward 1.3x, backward 1.2x, the backward taking the
     # FLOP ratio (cost model) times the forward's time
@@ -726,10 +739,10 @@ def table_markdown(keys=None, *, notes: bool = True, **kwargs) -> str:
     if notes:
         lines.append("")
         for r in rows:
-            what = "; ".join(f"{_label(k)}: {r.estimates[k].note}"
-                             for k in ESTIMATES if r.estimates[k].known and r.estimates[k].note)
+            what = "; ".join(f"{_label(k)}: {r.estimates[k].note}" for k in ESTIMATES
+                             if (r.estimates[k].known or not r.estimates[k].resolved) and r.estimates[k].note)
             dashes = "; ".join(f"{_label(k)}: {r.estimates[k].note}"
-                               for k in ESTIMATES if not r.estimates[k].known)
+                               for k in ESTIMATES if not r.estimates[k].known and r.estimates[k].resolved)
             own = (" The figure's own arithmetic: " + "; ".join(r.inconsistencies) + ".") if r.inconsistencies else ""
             lines.append(f"- *{r.figure.split(':')[0]}* — {r.compares}. Verdict: {r.verdict}."
                          + (f" ({what}.)" if what else "") + (f" Not modelled — {dashes}." if dashes else "")

@@ -24,7 +24,9 @@ What is measured for each case
       least one round); the full suite pauses ``settle_seconds`` (1 s) before each timed
       call, so that one implementation's after-effects (GBs returned to the OS) do not land
       in the next one's time. The backward times the backward alone (the forward's outputs
-      are ready).
+      are ready). With ``--clock cpu`` (the default of ``--mla-only``) the clock is the process's
+      CPU time with every library on one thread, and the rounds go on until every paired ratio
+      resolves (:func:`time_paired`, ``flashlab.bench.paired``).
     * **GFLOP/s**: the matmul FLOPs of the case over its time, the same count for every
       implementation of a case, so GFLOP/s ratios are time ratios:
       :func:`flashlab.cost.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and
@@ -79,7 +81,8 @@ Sk=8192; it writes to ``bench-results/quick/``. Other options: ``--sizes``, ``--
 The package re-exports every public name of its modules, one per part of the suite:
 ``config`` (:class:`BenchConfig`, ``FULL``, ``QUICK``, :class:`Case`), ``inputs``
 (random operands), ``runners`` (:class:`Runner` per implementation), ``measure`` (memory in a
-fresh process, interleaved timing, the matmul peak, Numba's first call), ``decode`` (the decode
+fresh process, interleaved timing, paired timing on one thread's CPU time, the matmul peak, Numba's
+first call), ``paired`` (the median paired ratio and its bootstrap interval), ``decode`` (the decode
 section), ``explorers`` (the explorers' timings), ``estimates`` (FLOPs, intensity, memory
 estimates), ``suite`` (the cases, skip rules and :func:`run_suite`), ``targets``
 (:func:`evaluate_targets`), ``report`` (JSON and markdown), ``cli`` (:func:`main`) and
@@ -104,6 +107,7 @@ from flashlab.bench.ceiling import CEILING_PROBLEMS, backward_ceiling, backward_
 from flashlab.bench.cli import main
 from flashlab.bench.config import (
                                    BASELINES,
+                                   CLOCKS,
                                    DIRECTIONS,
                                    FULL,
                                    HAS_BACKWARD,
@@ -135,11 +139,32 @@ from flashlab.bench.measure import (
                                    numba_first_call,
                                    peak_extra_memory,
                                    run_worker,
+                                   single_thread,
                                    time_interleaved,
+                                   time_paired,
 )
-from flashlab.bench.report import backward_over_forward, case_table, load_results, save_results, to_markdown
-from flashlab.bench.runners import Runner, call_seconds, make_runner, torch_available
+from flashlab.bench.paired import (
+                                   BOOTSTRAP_SAMPLES,
+                                   BOOTSTRAP_SEED,
+                                   CONFIDENCE,
+                                   MIN_ROUNDS,
+                                   RESOLUTION,
+                                   PairedRatio,
+                                   paired_ratio,
+                                   paired_ratio_of_rows,
+)
+from flashlab.bench.report import (
+                                   backward_over_forward,
+                                   case_table,
+                                   load_results,
+                                   merge_results,
+                                   save_results,
+                                   to_markdown,
+)
+from flashlab.bench.runners import Clock, Runner, call_seconds, make_runner, torch_available
 from flashlab.bench.suite import (
+                                   CPU_CLOCK_NOTE,
+                                   SINGLE_THREAD_ENV,
                                    attention_cases,
                                    blas_info,
                                    machine_info,
@@ -164,5 +189,8 @@ __all__ = [
     "load_results", "case_table", "backward_over_forward", "to_markdown", "find_case", "TARGETS",
     "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason",
     "shape_key", "backward_products", "backward_ceiling", "CEILING_PROBLEMS", "ceiling_run",
-    "ceiling_lines", "run_group", "run_suite", "main", "DATAFLOWS",
+    "ceiling_lines", "run_group", "run_suite", "main", "DATAFLOWS", "CLOCKS", "Clock",
+    "single_thread", "time_paired", "RESOLUTION", "MIN_ROUNDS", "CONFIDENCE", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED",
+    "PairedRatio", "paired_ratio", "paired_ratio_of_rows", "merge_results", "SINGLE_THREAD_ENV",
+    "CPU_CLOCK_NOTE",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 from flashlab.bench.ceiling import ceiling_lines, ceiling_run
 from flashlab.bench.config import FULL, QUICK
 from flashlab.bench.measure import run_worker
-from flashlab.bench.report import save_results, to_markdown
+from flashlab.bench.report import load_results, merge_results, save_results, to_markdown
 from flashlab.bench.suite import run_suite
 
 __all__ = ["main"]
@@ -35,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mla", action="store_true", help="skip the MLA section")
     ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
                     "and flashlab and torch SDPA at the concatenated 192/128)")
+    ap.add_argument("--mla-sizes", type=int, nargs="+", help="MLA S values")
+    ap.add_argument("--clock", choices=("wall", "cpu"), help="time by wall time, each library on its "
+                    "own threads (the default), or by the process's CPU time on one thread, rounds "
+                    "until the paired ratios resolve ±5 %% (the default of --mla-only)")
+    ap.add_argument("--min-rounds", type=int, help="--clock cpu: rounds before the first check")
+    ap.add_argument("--max-rounds", type=int, help="--clock cpu: rounds at most")
+    ap.add_argument("--max-timed-seconds", type=float, help="timed seconds per case at most")
+    ap.add_argument("--settle-seconds", type=float, help="an untimed pause before each timed call")
     ap.add_argument("--decode-only", action="store_true", help="only the decode section "
                     "(split-KV against the tiled forward, torch SDPA and reads of K and V)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode section")
@@ -49,12 +57,19 @@ def main(argv: list[str] | None = None) -> int:
                     "rows, into OUT/overhead.json")
     ap.add_argument("--out", type=Path, help="results folder (default bench-results, "
                     "bench-results/quick with --quick, so a quick run never overwrites a full one)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="BENCH_JSON", help="merge runs of one "
+                    "configuration at different sizes (bench.merge_results) into OUT/bench.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         run_worker(args.worker)
         return 0
     out = args.out or Path("bench-results/quick" if args.quick else "bench-results")
+    if args.merge:
+        merged = merge_results([load_results(p) for p in args.merge])
+        json_path, md_path = save_results(merged, out)
+        print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+        return 0
     if args.ceiling_only and (args.mla_only or args.decode_only or args.sizes):
         ap.error("--ceiling-only runs its own problems: it excludes --mla-only, --decode-only "
                  "and --sizes")
@@ -84,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mla:
         changes["mla_sizes"] = ()
     if args.mla_only:
+        # the MLA ratios feed the vendor table's CPU column: timed on the CPU clock by default
         changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False,
-                       pipeline_explorer=False, decode_sizes=())
+                       pipeline_explorer=False, decode_sizes=(), clock="cpu")
+    for name in ("mla_sizes", "clock", "min_rounds", "max_rounds", "max_timed_seconds", "settle_seconds"):
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = tuple(value) if isinstance(value, list) else value
     if args.decode_only and (args.no_decode or args.mla_only):
         ap.error("--decode-only excludes --no-decode and --mla-only")
     if args.decode_only:

@@ -10,7 +10,7 @@ from flashlab.arguments import as_int
 from flashlab.dataflows import DATAFLOWS
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 
-__all__ = ["IMPLEMENTATIONS", "BASELINES", "HAS_BACKWARD", "DIRECTIONS", "SCHEMA", "MB",
+__all__ = ["IMPLEMENTATIONS", "BASELINES", "HAS_BACKWARD", "DIRECTIONS", "CLOCKS", "SCHEMA", "MB",
            "BenchConfig", "FULL", "QUICK", "Case"]
 
 
@@ -21,6 +21,8 @@ BASELINES = ("numpy_naive", "torch_sdpa")
 #: implementations with a backward (numpy naive has none in float32, see the module doc)
 HAS_BACKWARD = ("flashlab", "torch_sdpa")
 DIRECTIONS = ("forward", "backward")
+#: the clocks a run can time with (:class:`BenchConfig` ``clock``)
+CLOCKS = ("wall", "cpu")
 #: version of the JSON layout written by :func:`run_suite`
 SCHEMA = 1
 MB = 10 ** 6
@@ -49,6 +51,11 @@ class BenchConfig:
     - ``naive_max_n``: skip numpy naive above this N (``None``: no limit; 16384 needs 8+ GB);
     - ``mla_sizes``, ``mla_heads``, ``mla_dims``, ``mla_memory_sizes``: the MLA section: S, H,
       (NoPE, RoPE, V) head dims, and the S measured in fresh processes (``None``: every S);
+    - ``clock``: ``"wall"`` (``time.perf_counter``, the implementations' own threads:
+      :func:`time_interleaved`) or ``"cpu"`` (the process's CPU time with every library on one
+      thread, rounds until the paired ratios resolve: :func:`time_paired`);
+      ``min_rounds``, ``max_rounds``: the rounds of the ``"cpu"`` clock (``max_timed_seconds``
+      caps them too);
     - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
@@ -83,6 +90,9 @@ class BenchConfig:
     mla_heads: int = 8
     mla_dims: tuple[int, int, int] = (128, 64, 128)
     mla_memory_sizes: tuple[int, ...] | None = None
+    clock: str = "wall"
+    min_rounds: int = 10
+    max_rounds: int = 60
     matmul_n: int = 4096
     matmul_repeats: int = 3
     first_call: str | None = "compile"
@@ -109,6 +119,11 @@ class BenchConfig:
         if self.repeats < 1 or self.decode_repeats < 1:
             raise ValueError(f"repeats and decode_repeats must be >= 1; got {self.repeats}, "
                              f"{self.decode_repeats}")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}; got {self.clock!r}")
+        if not 2 <= self.min_rounds <= self.max_rounds:
+            raise ValueError(f"need 2 <= min_rounds <= max_rounds; got min_rounds={self.min_rounds}, "
+                             f"max_rounds={self.max_rounds}")
         if self.first_call not in ("compile", "cache", None):
             raise ValueError(f"first_call must be 'compile', 'cache' or None; got {self.first_call!r}")
         if not 0 < self.memory_headroom <= 1:

@@ -1,7 +1,8 @@
 """Measurements of one case or of the machine. Memory: :func:`available_bytes`,
 :func:`peak_extra_memory`, :func:`measure_memory` and :func:`measure_fresh` (a fresh process per
 case, through ``python -m flashlab.bench --worker``). Timing: :func:`time_interleaved` (the
-implementations of a shape in turn), :func:`matmul_gflops` (the practical peak) and
+implementations of a shape in turn), :func:`time_paired` (in turn on one thread's CPU time, until
+their paired ratios resolve), :func:`matmul_gflops` (the practical peak) and
 :func:`numba_first_call`.
 """
 from __future__ import annotations
@@ -19,11 +20,12 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from flashlab.bench.config import Case
-from flashlab.bench.runners import Runner, make_runner
+from flashlab.bench.paired import paired_ratio
+from flashlab.bench.runners import Clock, Runner, make_runner
 from flashlab.bench.runners import call_seconds as _seconds
 
 __all__ = ["available_bytes", "peak_extra_memory", "measure_memory", "CaseFailed", "measure_fresh",
-           "run_worker", "time_interleaved", "matmul_gflops", "numba_first_call"]
+           "run_worker", "time_interleaved", "time_paired", "single_thread", "matmul_gflops", "numba_first_call"]
 
 
 def _status_kib(field_name: str) -> int:
@@ -184,6 +186,93 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     out.update({c: {"seconds": statistics.median(t), "times": t} for c, t in times.items()})
     t = statistics.median(matmul_times)
     return out, {"n": matmul_n, "seconds": t, "gflops": 2.0 * matmul_n ** 3 / t / 1e9}
+
+
+def single_thread() -> None:
+    """Run this process's compute on one thread from now on: Numba's parallel loops
+    (``numba.set_num_threads(1)``), every BLAS (``threadpoolctl``: NumPy's and the SciPy copy
+    flashlab's tiles call, :mod:`flashlab.kernels.blas`) and torch's intra-op pool if torch is
+    loaded. With one thread computing, the process's CPU time is that thread's."""
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    import flashlab.kernels.blas  # noqa: F401  (loads SciPy's BLAS, so the limit below reaches it)
+
+    numba.set_num_threads(1)
+    threadpool_limits(1)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60,
+                max_timed_seconds: float = 120.0, settle_seconds: float = 0.0,
+                clock: Clock = time.process_time, matmul_n: int = 4096, matmul_repeats: int = 1
+                ) -> tuple[dict[Case, dict], dict, dict]:
+    """Time ``cases`` (one shape, several implementations) call by call until every paired ratio
+    resolves (``flashlab.bench.paired``).
+
+    Each case gets one warm-up call; then rounds in which each case is timed once, in turn, the
+    order reversed every other round (A B C, C B A, ...), so that no case always follows the same
+    one. ``clock`` is the process's CPU time by default: on a shared machine a neighbour that
+    takes the core stops this process's clock rather than adding to its time (call
+    :func:`single_thread` first, so that it is one thread's time). After ``min_rounds`` rounds,
+    and after each one from then on, the median ratio of every pair of cases gets its bootstrap
+    interval; the rounds stop when every interval is within ``paired.RESOLUTION`` of its median,
+    or at ``max_rounds``, or once the timed calls add up to ``max_timed_seconds`` per case.
+
+    Returns ``({case: {"seconds", "times", "paired_vs"}}, matmul, {"rounds", "resolved",
+    "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.bench.paired_ratio` of
+    the other's times over this one's (its speed against the other, as ``speed_vs``), as a dict;
+    ``matmul``: numpy's float32 ``matmul_n`` cubed on the same clock after the rounds; a case that
+    raised ``MemoryError`` gets ``{"error": reason}``.
+    """
+    if not 2 <= min_rounds <= max_rounds:
+        raise ValueError(f"need 2 <= min_rounds <= max_rounds; got {min_rounds}, {max_rounds}")
+    out: dict[Case, dict] = {}
+    runners: dict[Case, Runner] = {}
+    for c in cases:
+        try:
+            runners[c] = make_runner(c, clock)
+            runners[c].once()  # warm-up
+        except MemoryError as e:
+            runners.pop(c, None)
+            out[c] = {"error": f"MemoryError: {e}"}
+    times: dict[Case, list[float]] = {c: [] for c in runners}
+
+    def pairs():
+        live = list(times)
+        return [(a, b) for i, a in enumerate(live) for b in live[i + 1:]]
+
+    stopped = "max_rounds"
+    for rnd in range(max_rounds):
+        order = list(times) if rnd % 2 == 0 else list(reversed(times))
+        for c in order:
+            time.sleep(settle_seconds)
+            try:
+                times[c].append(runners[c].once())
+            except MemoryError as e:
+                del runners[c], times[c]
+                out[c] = {"error": f"MemoryError: {e}"}
+        if not times:
+            break
+        # every case has rnd + 1 times here (a failed one is gone)
+        if rnd + 1 >= min_rounds:
+            if all(paired_ratio(times[a], times[b]).resolved for a, b in pairs()):
+                stopped = "resolved"
+                break
+            if statistics.mean(map(sum, times.values())) >= max_timed_seconds:
+                stopped = "max_timed_seconds"
+                break
+    for c, t in times.items():
+        out[c] = {"seconds": statistics.median(t), "times": t,
+                  "paired_vs": {o.impl: paired_ratio(times[o], t).to_dict() for o in times if o != c}}
+    a, b = _matmul_operands(matmul_n)
+    a @ b
+    mm = statistics.median(_seconds(lambda: a @ b, clock) for _ in range(matmul_repeats))
+    rounds = min((len(ts) for ts in times.values()), default=0)
+    resolved = rounds > 1 and all(paired_ratio(times[x], times[y]).resolved for x, y in pairs())
+    return (out, {"n": matmul_n, "seconds": mm, "gflops": 2.0 * matmul_n ** 3 / mm / 1e9},
+            {"rounds": rounds, "resolved": resolved, "stopped": stopped})
 
 
 def matmul_gflops(n: int = 4096, repeats: int = 3) -> dict:

@@ -1,5 +1,6 @@
 """Results on disk and on the page: :func:`save_results` / :func:`load_results` (``bench.json``
-and ``bench.md``), the row tables (:func:`case_table`, :func:`backward_over_forward`) and the
+and ``bench.md``), :func:`merge_results` (runs of one configuration at different sizes), the
+row tables (:func:`case_table`, :func:`backward_over_forward`) and the
 markdown report (:func:`to_markdown`).
 """
 from __future__ import annotations
@@ -9,8 +10,9 @@ from pathlib import Path
 
 from flashlab.bench.config import DIRECTIONS, MB, SCHEMA, BenchConfig, Case
 from flashlab.bench.decode import decode_ratios
+from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["save_results", "load_results", "case_table", "backward_over_forward", "to_markdown"]
+__all__ = ["save_results", "load_results", "merge_results", "case_table", "backward_over_forward", "to_markdown"]
 
 
 def save_results(result: dict, out: Path | str = "bench-results") -> tuple[Path, Path]:
@@ -29,6 +31,52 @@ def load_results(path: Path | str) -> dict:
     if res.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {res.get('schema')!r}, expected {SCHEMA}")
     return res
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """One result from runs that differ only in their sizes (``sizes``, ``mla_sizes``, e.g. one
+    command per size so that each stays short): the cases of all, the MLA rows after the others'
+    as :func:`run_suite` orders them, each size's rows from the part that ran it.
+
+    The first part gives the date, machine and notes; the load average at the start is the first
+    part's, at the end the last one's, and ``parts`` keeps each part's date, sizes, time budget
+    (``max_timed_seconds``, which may differ: the merged configuration has the largest), load
+    averages and duration. ``ValueError`` if the parts' configurations differ in more than these,
+    or their CPU, or a size is in two parts.
+    """
+    if not parts:
+        raise ValueError("parts must hold at least one result")
+    sized = ("sizes", "mla_sizes")
+    own = sized + ("max_timed_seconds",)      # what each part may set for itself
+    first = parts[0]
+    for p in parts[1:]:
+        rest = {k: v for k, v in p["config"].items() if k not in own}
+        if rest != {k: v for k, v in first["config"].items() if k not in own}:
+            raise ValueError(f"parts must share their configuration but for {own}")
+        if p["machine"]["cpu"] != first["machine"]["cpu"] or p.get("timing") != first.get("timing"):
+            raise ValueError("parts must come from one machine and one timing")
+    config = dict(first["config"])
+    for key in sized:
+        values = [n for p in parts for n in p["config"][key]]
+        if len(set(values)) != len(values):
+            raise ValueError(f"a size of {key} is in two parts: {values}")
+        config[key] = sorted(values)
+    config["max_timed_seconds"] = max(p["config"]["max_timed_seconds"] for p in parts)
+    cases = [c for p in parts for c in p["cases"]]
+    cases = [c for c in cases if c["section"] != "mla"] + [c for c in cases if c["section"] == "mla"]
+    matmul = {"start": first["matmul"]["start"], "end": parts[-1]["matmul"]["end"],
+              "groups": [g for p in parts for g in p["matmul"]["groups"]]}
+    matmul["peak_gflops"] = max(p["matmul"]["peak_gflops"] for p in parts)
+    result = {**first, "config": config, "cases": cases, "matmul": matmul,
+              "decode": [d for p in parts for d in p["decode"]],
+              "load_average_end": parts[-1]["load_average_end"],
+              "duration_seconds": sum(p["duration_seconds"] for p in parts),
+              "parts": [{k: p[k] for k in ("date", "load_average_start", "load_average_end",
+                                           "duration_seconds")}
+                        | {k: p["config"][k] for k in own} for p in parts]}
+    result["backward_over_forward"] = backward_over_forward(result)
+    result["targets"] = evaluate_targets(result)
+    return result
 
 
 def case_table(result: dict, *, section: str = "attention", direction: str | None = None,
@@ -164,10 +212,12 @@ def _setup_lines(result: dict, cfg: BenchConfig) -> list[str]:
             f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
             f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "
             f"{cfg.backward_block[0]}x{cfg.backward_block[1]} backward; "
-            f"time: the median of up to {cfg.repeats} "
-            f"timed call(s) after a warm-up call"
+            + (f"time: one thread's CPU time, the median of {cfg.min_rounds} to {cfg.max_rounds} "
+               "rounds after a warm-up call, until every paired ratio resolves ±5 %"
+               if cfg.clock == "cpu" else
+               f"time: the median of up to {cfg.repeats} timed call(s) after a warm-up call")
             + ("; the implementations of a shape timed in turn, round by round"
-               if result.get("timing") == "interleaved" else
+               if result.get("timing") in ("interleaved", "paired") else
                "; each case timed on its own (a run before interleaved timing)")
             + f"; peak memory (a fresh process per case) at N in "
             f"{'all' if cfg.memory_sizes is None else list(cfg.memory_sizes)}, causal in "

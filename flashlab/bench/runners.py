@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from flashlab.bench.config import Case
 from flashlab.bench.inputs import grad_output, make_inputs, make_mla_inputs
 
-__all__ = ["Runner", "call_seconds", "torch_available", "make_runner"]
+__all__ = ["Runner", "Clock", "call_seconds", "torch_available", "make_runner"]
 
 
 class Runner(NamedTuple):
@@ -27,14 +27,19 @@ class Runner(NamedTuple):
     once: Callable[[], float]
 
 
-def call_seconds(fn: Callable[[], Any]) -> float:
-    """Seconds one call of ``fn`` takes (``time.perf_counter``)."""
-    t0 = time.perf_counter()
+#: a clock: seconds since an arbitrary origin (``time.perf_counter``: wall time;
+#: ``time.process_time``: CPU time of this process, all its threads)
+Clock = Callable[[], float]
+
+
+def call_seconds(fn: Callable[[], Any], clock: Clock = time.perf_counter) -> float:
+    """Seconds one call of ``fn`` takes on ``clock`` (wall time by default)."""
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
-def _flashlab_runner(case: Case) -> Runner:
+def _flashlab_runner(case: Case, clock: Clock) -> Runner:
     import flashlab
 
     q, k, v = make_inputs(case.n, batch=case.batch, heads=case.heads, d=case.d_qk, d_v=case.d_v)
@@ -42,7 +47,7 @@ def _flashlab_runner(case: Case) -> Runner:
     if case.direction == "forward":
         def forward():
             return flashlab.flash_attention(q, k, v, **opts)
-        return Runner(forward, lambda: call_seconds(forward))
+        return Runner(forward, lambda: call_seconds(forward, clock))
     do = grad_output(case)
     # the forward's (o, lse), computed once, untimed, on the first timed backward
     saved = functools.cache(lambda: flashlab.flash_attention(q, k, v, **opts))
@@ -53,18 +58,18 @@ def _flashlab_runner(case: Case) -> Runner:
 
     def backward():
         o, lse = saved()
-        return call_seconds(lambda: flashlab.flash_attention_backward(do, q, k, v, o, lse, **opts))
+        return call_seconds(lambda: flashlab.flash_attention_backward(do, q, k, v, o, lse, **opts), clock)
     return Runner(training_step, backward)
 
 
-def _naive_runner(case: Case) -> Runner:
+def _naive_runner(case: Case, clock: Clock) -> Runner:
     from flashlab import attention_naive
 
     q, k, v = make_inputs(case.n, batch=case.batch, heads=case.heads, d=case.d_qk, d_v=case.d_v)
 
     def forward():
         return attention_naive(q, k, v, causal=case.causal)
-    return Runner(forward, lambda: call_seconds(forward))
+    return Runner(forward, lambda: call_seconds(forward, clock))
 
 
 def torch_available() -> bool:
@@ -76,7 +81,7 @@ def torch_available() -> bool:
     return True
 
 
-def _torch_runner(case: Case) -> Runner:
+def _torch_runner(case: Case, clock: Clock) -> Runner:
     import torch
     import torch.nn.functional as F
 
@@ -86,7 +91,7 @@ def _torch_runner(case: Case) -> Runner:
         def forward():
             with torch.no_grad():
                 return (F.scaled_dot_product_attention(q, k, v, is_causal=case.causal),)
-        return Runner(forward, lambda: call_seconds(forward))
+        return Runner(forward, lambda: call_seconds(forward, clock))
     do = torch.from_numpy(grad_output(case))
 
     def forward_with_graph():
@@ -102,11 +107,11 @@ def _torch_runner(case: Case) -> Runner:
 
     def backward():
         _, o = forward_with_graph()
-        return call_seconds(lambda: o.backward(do))
+        return call_seconds(lambda: o.backward(do), clock)
     return Runner(training_step, backward)
 
 
-def _mla_runner(case: Case) -> Runner:
+def _mla_runner(case: Case, clock: Clock) -> Runner:
     from flashlab.mla import mla_backward, mla_forward
 
     q_nope, k_nope, v, q_rope, k_rope = make_mla_inputs(
@@ -119,7 +124,7 @@ def _mla_runner(case: Case) -> Runner:
         fwd = mla_forward(q_nope, k_nope, v, q_rope, k_rope, **opts)
         return fwd.o, fwd.lse
     if case.direction == "forward":
-        return Runner(forward, lambda: call_seconds(forward))
+        return Runner(forward, lambda: call_seconds(forward, clock))
     do = grad_output(case)
     saved = functools.cache(lambda: mla_forward(q_nope, k_nope, v, q_rope, k_rope, **opts))
 
@@ -130,13 +135,13 @@ def _mla_runner(case: Case) -> Runner:
 
     def backward():
         fwd = saved()
-        return call_seconds(lambda: mla_backward(do, fwd))
+        return call_seconds(lambda: mla_backward(do, fwd), clock)
     return Runner(training_step, backward)
 
 
-def make_runner(case: Case) -> Runner:
-    """The :class:`Runner` of ``case`` (allocates its inputs)."""
+def make_runner(case: Case, clock: Clock = time.perf_counter) -> Runner:
+    """The :class:`Runner` of ``case`` (allocates its inputs); its ``once()`` reads ``clock``."""
     if case.section == "mla":
-        return _mla_runner(case)
+        return _mla_runner(case, clock)
     return {"flashlab": _flashlab_runner, "numpy_naive": _naive_runner,
-            "torch_sdpa": _torch_runner}[case.impl](case)
+            "torch_sdpa": _torch_runner}[case.impl](case, clock)

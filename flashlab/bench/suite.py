@@ -24,13 +24,16 @@ from flashlab.bench.measure import (
     matmul_gflops,
     measure_fresh,
     numba_first_call,
+    single_thread,
     time_interleaved,
+    time_paired,
 )
 from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
+__all__ = ["SINGLE_THREAD_ENV", "CPU_CLOCK_NOTE",
+           "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
            "run_group", "run_suite"]
 
 
@@ -168,7 +171,7 @@ def run_group(cases: list[Case], config: BenchConfig, *, has_torch: bool,
         if _measures_memory(c, config):
             try:
                 timeout = 3 * config.max_call_seconds + 300
-                row.update(measure_fresh(c, timeout=timeout), fresh_process=True)
+                row.update(measure_fresh(c, timeout=timeout, env=_worker_env(config)), fresh_process=True)
             except CaseFailed as e:
                 rows[c] = {**row, "status": "failed", "reason": f"memory measurement: {e}"}
                 continue
@@ -176,16 +179,49 @@ def run_group(cases: list[Case], config: BenchConfig, *, has_torch: bool,
         to_time.append(c)
     if not to_time:
         return rows, None
-    timed, matmul = time_interleaved(to_time, repeats=config.repeats,
-                                     max_timed_seconds=config.max_timed_seconds,
-                                     matmul_n=config.matmul_n,
-                                     settle_seconds=config.settle_seconds)
+    if config.clock == "cpu":
+        timed, matmul, rounds = time_paired(to_time, min_rounds=config.min_rounds,
+                                            max_rounds=config.max_rounds,
+                                            max_timed_seconds=config.max_timed_seconds,
+                                            settle_seconds=config.settle_seconds,
+                                            matmul_n=config.matmul_n)
+        for c in timed:
+            rows[c]["rounds"] = rounds
+    else:
+        timed, matmul = time_interleaved(to_time, repeats=config.repeats,
+                                         max_timed_seconds=config.max_timed_seconds,
+                                         matmul_n=config.matmul_n,
+                                         settle_seconds=config.settle_seconds)
     for c, t in timed.items():
         if "error" in t:
             rows[c].update(status="failed", reason=t["error"])
         else:
             rows[c].update(t, matmul_gflops=matmul["gflops"])
     return rows, matmul
+
+
+#: the environment of a worker process when the run times on the CPU clock: every thread pool
+#: of one thread (set before the libraries load, as their pools are sized then)
+SINGLE_THREAD_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                     "MKL_NUM_THREADS": "1"}
+
+
+def _worker_env(config: BenchConfig) -> dict | None:
+    """The environment of :func:`measure_fresh`'s processes: this one's, one thread per pool on
+    the CPU clock (so the memory is measured with the threads the times are)."""
+    return {**os.environ, **SINGLE_THREAD_ENV} if config.clock == "cpu" else None
+
+
+CPU_CLOCK_NOTE = (
+    "Clock: CPU time of the process (time.process_time) with Numba, every BLAS and torch on one "
+    "thread, so it is one thread's CPU time. Why: the machine is shared, and wall time counts the "
+    "time a neighbour holds the core, which CPU time does not. What it does not remove: the "
+    "neighbours still share the memory bandwidth and the caches, which slow the thread while it "
+    "runs. Rounds: each case timed once per round, in turn, the order reversed every other round, "
+    "from min_rounds until every paired ratio (the median over rounds of one case's time over "
+    "another's) has a 95 % bootstrap interval (rounds resampled, fixed seed) within ±5 % of its "
+    "median, or max_rounds, or max_timed_seconds per case; each row's paired_vs holds them and "
+    "its rounds how the rounds stopped.")
 
 
 def _derive(rows: list[dict]) -> None:
@@ -234,9 +270,12 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
     say = progress or (lambda line: None)
     t_start = time.perf_counter()
     has_torch = "torch_sdpa" in config.baselines and torch_available()
+    if config.clock == "cpu":
+        single_thread()
     result: dict[str, Any] = {
         "schema": SCHEMA, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info(), "config": asdict(config), "timing": "interleaved",
+        "machine": machine_info(), "config": asdict(config),
+        "timing": "paired" if config.clock == "cpu" else "interleaved",
         "load_average_start": os.getloadavg(),
     }
     result["notes"] = [
@@ -250,6 +289,8 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         "training step (forward + backward) above q, k, v, dO. Workspace = peak extra minus "
         "the returned arrays. MB = 10^6 bytes.",
     ]
+    if config.clock == "cpu":
+        result["notes"][0] = CPU_CLOCK_NOTE
     if "torch_sdpa" in config.baselines and not has_torch:
         result["notes"].append("torch is not installed: torch SDPA cases skipped "
                                "(pip install -r requirements-bench.txt).")
