@@ -5,12 +5,16 @@ benchmark all import the same numbers without importing each other.
 
 - :data:`FORWARD_BLOCK`, :data:`BACKWARD_BLOCK`: the default ``(block_q, block_k)`` tiles;
 - :func:`q_splits` with :data:`MIN_WORK_ITEMS`: how many chunks of query blocks each head of
-  the backward is cut into, from the shape alone.
+  the backward is cut into, from the shape alone;
+- :func:`kv_reread_factor`: how many times the q-block loop reads K and V, given the on-chip hit
+  rate of its re-reads (:data:`KV_RESIDENT` = every re-read served on chip): the reuse
+  parameter of the step ledgers (:mod:`flashlab.ledgers`) and the traffic model
+  (:mod:`flashlab.traffic`).
 """
 from __future__ import annotations
 
 __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "DV_SLICE_ROWS", "MIN_WORK_ITEMS", "q_splits",
-           "cdiv"]
+           "cdiv", "KV_RESIDENT", "check_hit_rate", "kv_reread_factor"]
 
 #: The forward's default tile sizes ``(block_q, block_k)``. Chosen by measurement on a 2-core
 #: machine (B=1, H=8, fp32, speed relative to torch SDPA timed in turn in the same run).
@@ -64,3 +68,44 @@ def q_splits(batch: int, heads: int, n_qblocks: int) -> int:
     """
     want = cdiv(MIN_WORK_ITEMS, batch * heads)
     return max(1, min(n_qblocks, want))
+
+
+#: ``kv_hit = 1``: every K/V re-read of the fused kernel is served on chip (L2 or a resident
+#: copy): only the compulsory traffic, one read of K and V, reaches main memory
+KV_RESIDENT = 1.0
+
+
+def check_hit_rate(kv_hit) -> None:
+    """``ValueError`` unless ``kv_hit`` is a number in [0, 1] (a bool is not)."""
+    if isinstance(kv_hit, bool) or not isinstance(kv_hit, (int, float)) or not 0.0 <= kv_hit <= 1.0:
+        raise ValueError(f"kv_hit must be a number in [0, 1] (the on-chip hit rate of K/V re-reads); "
+                         f"got {kv_hit!r}")
+
+
+def kv_reread_factor(seq_q: int, block_q: int, kv_hit: float, *, seq_k: int | None = None,
+                     causal: bool = False) -> float:
+    r"""How many times the fused kernel's K and V cross the main-memory bus, per head.
+
+    The kernel runs $n_{qb} = \lceil S_q / B_r \rceil$ q-blocks, each streaming the keys it
+    attends: all $S_k$ of them, or with ``causal`` (top-left) the first $\min(i_1, S_k)$ for
+    the q-block ending at row $i_1$. Together they read $F_0 S_k$ key rows ($F_0 = n_{qb}$
+    without a mask). The first pass is compulsory; each re-read is served on chip with
+    probability ``kv_hit`` (the L2 hit rate; 1 = K/V resident):
+
+    $$ f = 1 + (F_0 - 1)(1 - h). $$
+
+    >>> kv_reread_factor(4096, 128, 0.0), kv_reread_factor(4096, 128, 1.0), kv_reread_factor(4096, 128, 0.5)
+    (32.0, 1.0, 16.5)
+    >>> kv_reread_factor(4096, 128, 0.0, causal=True)
+    16.5
+    """
+    check_hit_rate(kv_hit)
+    sk = seq_q if seq_k is None else seq_k
+    if causal:
+        # q-block [i0, i1) reads keys [0, min(i1, Sk)): F0 = sum of those / Sk
+        ends = [min(i0 + block_q, seq_q) for i0 in range(0, seq_q, block_q)]
+        f0 = sum(min(i1, sk) for i1 in ends) / sk
+    else:
+        f0 = float(cdiv(seq_q, block_q))
+    return 1.0 + (f0 - 1.0) * (1.0 - kv_hit)          # f = 1 + (F0 - 1)(1 - h)
+

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from flashlab import attention_naive
-from flashlab.cost import standard_attention_extra_bytes
 from flashlab.memory import traced_peak
+from flashlab.traffic import standard_attention_extra_bytes
 
 MB8 = 8 * 10 ** 6  # one million float64
 

@@ -45,7 +45,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("The flash_attn front end", ("flashlab.compat",)),
     ("RoPE, MLA and RECT-FA composed",
      ("flashlab.rope", "flashlab.dataflows", "flashlab.mla", "flashlab.rect", "flashlab.vendor")),
-    ("Cost models", ("flashlab.cost",)),
+    ("Cost models: FLOPs, traffic, step ledgers", ("flashlab.flops", "flashlab.traffic", "flashlab.ledgers")),
     ("Hardware profiles and the AI Core pipeline model",
      ("flashlab.pipeline", "flashlab.pipeline.params", "flashlab.pipeline.roofline",
       "flashlab.pipeline.profiles", "flashlab.pipeline.hardware", "flashlab.pipeline.simulate",

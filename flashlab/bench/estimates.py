@@ -7,14 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from flashlab.bench.config import Case
-from flashlab.cost import (
-    attention_backward_flops,
-    attention_flops,
-    flash_backward_intensity,
-    mla_backward_steps,
-    mla_forward_steps,
-    operation_intensities,
-)
+from flashlab.flops import attention_backward_flops, attention_flops, flash_backward_intensity, operation_intensities
+from flashlab.ledgers import mla_backward_steps, mla_forward_steps
 
 __all__ = ["tile_fraction", "case_flops", "torch_uses_math_path", "torch_flash_block_q",
            "model_intensity", "estimated_bytes", "mla_model_peak"]

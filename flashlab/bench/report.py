@@ -45,7 +45,7 @@ def backward_over_forward(result: dict) -> list[dict]:
     One dict per (N, Dqk, Dv, causal, implementation) measured in both directions:
     ``forward_seconds``, ``backward_seconds``, ``ratio`` (backward / forward) and
     ``flop_ratio``, the matmul FLOPs of the backward over the forward's
-    (:func:`flashlab.cost.attention_backward_flops` / :func:`~flashlab.cost.attention_flops`:
+    (:func:`flashlab.flops.attention_backward_flops` / :func:`~flashlab.flops.attention_flops`:
     ``(3 Dqk + 2 Dv) / (Dqk + Dv)``, 2.5 at equal dims, 2.6 at 192/128; causal cases of flashlab
     also by the two directions' tile fractions, which differ with their block sizes). The
     backward is timed alone (its forward's outputs ready), so ``ratio`` near ``flop_ratio``

@@ -244,7 +244,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         "numpy matmul after each round (% matmul peak is against that matmul).",
         "numpy naive backward: not measured (flashlab's naive backward, "
         "attention_reference_backward, computes in float64); torch SDPA is the backward baseline.",
-        "GFLOP/s: matmul FLOPs of the case (flashlab.cost), the same for every implementation; "
+        "GFLOP/s: matmul FLOPs of the case (flashlab.flops), the same for every implementation; "
         "causal cases count the fraction of tiles flashlab computes.",
         "Memory: peak extra resident set of one call in a fresh process; backward rows: a "
         "training step (forward + backward) above q, k, v, dO. Workspace = peak extra minus "

@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from flashlab.cost import operation_intensities
+from flashlab.flops import operation_intensities
 from flashlab.pipeline.hardware import HardwareProfile, ridge_point, roofline
 from flashlab.viz.style import PALETTE, SERIES, figure_for
 
 __all__ = ["MARKERS", "attention_operations", "plot_roofline"]
 
-#: marker per operation name of :func:`flashlab.cost.operation_costs`; others get "o"
+#: marker per operation name of :func:`flashlab.flops.operation_costs`; others get "o"
 MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
            "FlashAttention (fused)": "*"}
 
@@ -25,7 +25,7 @@ MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
 def attention_operations(seq: int, d: int, *, d_v: int | None = None, block_q: int = 128,
                          elem: int = 2) -> dict[str, float]:
     """Intensities (FLOP/byte) of QK^T, softmax, PV (unfused), the three together ("standard
-    attention") and fused FlashAttention (:func:`flashlab.cost.operation_costs`) for a square
+    attention") and fused FlashAttention (:func:`flashlab.flops.operation_costs`) for a square
     problem ``Sq = Sk = seq`` with head dims ``d`` (and ``d_v``, default ``d``)."""
     return operation_intensities(seq, seq, d, d if d_v is None else d_v,
                                  block_q=block_q, elem=elem)
