@@ -43,7 +43,7 @@ timed with the roofline, $\max(F/\pi, Q/\beta)$.
 
 This module sits above :mod:`flashlab.pipeline` because the forward kernel's time is the
 calibrated model's (:func:`kernel_seconds`); the operator costs it adds come from
-:mod:`flashlab.cost` and the operator names from :mod:`flashlab.dataflows`.
+:mod:`flashlab.ledgers` and the operator names from :mod:`flashlab.dataflows`.
 """
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ def test_naive_memory_in_a_fresh_process_exceeds_flashlab():
 
 def test_mla_memory_matches_the_cost_model():
     # the baseline dataflow's training step holds every intermediate: the measured peak is the
-    # ledger's (flashlab.cost) within a few pages of allocator slack
+    # ledger's (flashlab.ledgers) within a few pages of allocator slack
     case = bench.Case("mla:baseline", "backward", 512, 128, 128, heads=4, d_rope=64)
     measured = bench.measure_fresh(case)["peak_extra_bytes"]
     model = bench.mla_model_peak(case)

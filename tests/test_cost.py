@@ -1,4 +1,4 @@
-"""flashlab.cost's closed forms against brute-force counts of the loops they describe."""
+"""flashlab.flops' and flashlab.traffic's closed forms against brute-force counts of the loops they describe."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,4 @@
-"""flashlab.cost's MLA closed forms against the ledger flashlab.mla measures on real arrays.
+"""flashlab.ledgers' MLA closed forms against the ledger flashlab.mla measures on real arrays.
 
 The ledger counts bytes with ``nbytes`` of the arrays each step really read and wrote, FLOPs
 from the arrays' shapes and the band the kernel applies; the closed forms must give the same

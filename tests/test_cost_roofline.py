@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from flashlab import flops, traffic  # noqa: E402
-from flashlab.pipeline.hardware import A100_80GB, ASCEND_910B  # noqa: E402
+from flashlab.pipeline.profiles import A100_80GB, ASCEND_910B  # noqa: E402
 from flashlab.viz.roofline import attention_operations, plot_roofline  # noqa: E402
 
 SHAPES = [(1024, 1024, 64, 64), (4096, 4096, 128, 128), (2048, 1000, 192, 128), (7, 300, 16, 8)]

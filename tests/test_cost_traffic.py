@@ -89,7 +89,7 @@ def test_910b_roofline_position_by_hit_rate():
     memory-bound when every K/V re-read misses (chapter 1's count), compute-bound with K/V
     resident (the ledger's count); it crosses the ridge in between."""
     from flashlab import rect
-    from flashlab.pipeline.hardware import ASCEND_910B
+    from flashlab.pipeline.profiles import ASCEND_910B
     pts = rect.kernel_roofline_by_hit(ASCEND_910B, hits=(0.0, 1.0))
     assert [p.bound for p in pts] == ["memory", "compute"]
     h = rect.break_even_hit(ASCEND_910B)

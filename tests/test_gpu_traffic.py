@@ -1,4 +1,4 @@
-"""Counted global-memory traffic of the CUDA twin equals flashlab.cost's closed forms, to the byte.
+"""Counted global-memory traffic of the CUDA twin equals flashlab.traffic's closed forms, to the byte.
 
 The instrumented build of each kernel (count_traffic=True) adds every byte a thread loads
 from or stores to global memory into a counter; the closed forms

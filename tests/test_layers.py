@@ -67,7 +67,6 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
             ("flashlab.pipeline.roofline",),
             ("flashlab.pipeline.profiles",),
             ("flashlab.pipeline.calibrated",),
-            ("flashlab.pipeline.hardware",),
             ("flashlab.pipeline.simulate",),
             ("flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations"),
             ("flashlab.pipeline.graph_builder",),

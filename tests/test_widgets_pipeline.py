@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
+from flashlab.pipeline.profiles import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.settings import (  # noqa: E402
     ROPE_DIM,

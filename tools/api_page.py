@@ -48,7 +48,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("Cost models: FLOPs, traffic, step ledgers", ("flashlab.flops", "flashlab.traffic", "flashlab.ledgers")),
     ("Hardware profiles and the AI Core pipeline model",
      ("flashlab.pipeline", "flashlab.pipeline.params", "flashlab.pipeline.roofline",
-      "flashlab.pipeline.profiles", "flashlab.pipeline.hardware", "flashlab.pipeline.simulate",
+      "flashlab.pipeline.profiles", "flashlab.pipeline.simulate",
       "flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations",
       "flashlab.pipeline.graph_builder", "flashlab.pipeline.loads", "flashlab.pipeline.schedule",
       "flashlab.pipeline.timing", "flashlab.pipeline.settings", "flashlab.pipeline.calibrated")),

@@ -55,7 +55,7 @@ def torch_flash_block_q(n: int) -> int:
 
 
 def model_intensity(row: dict, elem: int = 4) -> float:
-    """Model arithmetic intensity (FLOP/byte, :mod:`flashlab.cost`) of one result row.
+    """Model arithmetic intensity (FLOP/byte, :mod:`flashlab.flops`) of one result row.
 
     numpy naive, and torch SDPA on its math path, are standard attention (S and P through
     main memory); flashlab and torch's flash kernel are the fused forward (K, V read once per
@@ -89,7 +89,7 @@ def estimated_bytes(case: Case) -> int:
 
 
 def mla_model_peak(case: Case) -> int:
-    """Peak extra memory of an MLA case predicted by :mod:`flashlab.cost` (float32): every
+    """Peak extra memory of an MLA case predicted by :mod:`flashlab.ledgers` (float32): every
     step's output held to the end, plus the step's workspace (:func:`flashlab.mla.ledger_peak`);
     the backward's is the training step's (forward steps, then backward steps)."""
     from flashlab.mla import ledger_peak

@@ -310,7 +310,7 @@ def _mla_lines(result: dict, cfg: BenchConfig) -> list[str]:
                   "flashlab.mla (baseline: expand, concat, pad V, attention at 192/192, slice; "
                   "native_v: no pad; split_rope: pad V, split accumulation, no concat; rect: "
                   "split accumulation at native dims), timed whole. "
-                  "GFLOP/s of the useful work (192/128). Modelled peak: flashlab.cost's ledger. "
+                  "GFLOP/s of the useful work (192/128). Modelled peak: flashlab.ledgers' ledger. "
                   "The concatenated rows time flashlab and torch SDPA on ready-made 192-dim Q, K.",
                   ""]
         lines += _mla_table(result) + [""]

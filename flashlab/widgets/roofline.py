@@ -17,8 +17,8 @@ from flashlab import rect
 from flashlab.arguments import as_int, as_real
 from flashlab.dataflows import IDEAS
 from flashlab.pipeline import calibrated
-from flashlab.pipeline.hardware import A100_80GB, ASCEND_910B, H100, HardwareProfile
-from flashlab.pipeline.params import Param
+from flashlab.pipeline.params import HardwareProfile, Param
+from flashlab.pipeline.profiles import A100_80GB, ASCEND_910B, H100
 from flashlab.widgets.explorer import Control, Explorer
 
 __all__ = ["CHIPS", "HEAD_DIMS", "GRID_HITS", "GRID_SEQ", "ENGINES", "forward_point",
