@@ -199,7 +199,7 @@ def _check_every_tile(p: Problem, ct) -> bool:
     when :func:`~flashlab.validation.scores_may_overflow` says a score could overflow, and
     whenever K was not scanned (a decode forward checks K as it reads it, so there is no norm
     to bound the scores with): testing a tile costs ~1/D of computing it, a scan of K for
-    the bound a whole pass over K (~5 us of the torch door's (1, 16, 1, 8) step)."""
+    the bound a whole pass over K."""
     return scores_may_overflow(p, ct) if p.kv_scanned else True
 
 
@@ -281,7 +281,7 @@ def flash_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
         masks (``0.0``, the default, is off)
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
-        512 x 256) were the fastest measured on this machine
+        512 x 256) are the fastest of the tiles timed (see there)
     door : how the error messages name the arguments (:class:`flashlab.validation.Door`):
         a front door that has translated its operands passes its own table; default the
         names above
@@ -346,7 +346,7 @@ def backward_from_forward(p: Problem, do, o, lse, *, own_o: bool = False, own_ls
                           ) -> tuple[np.ndarray, ...]:
     """:func:`flash_attention_backward` for the problem :func:`forward_for_backward` returned,
     with the default tiles :data:`~flashlab.tiling.BACKWARD_BLOCK`: q, k, v and the options are not validated
-    again (a training step's backward; issue 22 measured prepare at ~40 % of a small call).
+    again (a training step's backward: checking them again is a large share of a small call).
 
     ``do`` is checked as :func:`flash_attention_backward` checks it (shape (B, H, Sq, Dv),
     q's dtype, finite), and ``o`` and ``lse`` too, unless ``own_o`` / ``own_lse``: the very

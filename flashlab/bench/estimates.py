@@ -42,8 +42,8 @@ def case_flops(case: Case) -> float:
 
 def torch_uses_math_path(d_qk: int, d_v: int) -> bool:
     """Whether torch's CPU SDPA falls back to its math path (an ``N x N`` matrix per head):
-    its flash kernel needs equal QK and V head dims (measured with torch 2.13: 192/128 falls
-    back). Used only to estimate memory."""
+    its flash kernel needs equal QK and V head dims (192/128 falls back). Used only to
+    estimate memory."""
     return d_qk != d_v
 
 
@@ -75,8 +75,8 @@ def estimated_bytes(case: Case) -> int:
     """Rough peak memory of ``case`` (inputs included), to skip what cannot fit.
 
     Score matrices of ``B H N^2`` float32: numpy naive holds one (plus a ``B H N^2`` bool
-    mask when causal); torch's math path ~2.5 in the forward and ~3.4 in a training step
-    (measured at N=2048 with torch 2.13); flashlab and torch's flash path O(N).
+    mask when causal); torch's math path a few more, with slack (the factors below); flashlab and
+    torch's flash path O(N).
     """
     scores = 4 * case.batch * case.heads * case.n ** 2
     # inputs q, k, v, dO and outputs of the same sizes, twice over for slack
