@@ -93,6 +93,21 @@ def _attention_dims(dataflow: str, d_nope: int, d_rope: int, d_v: int) -> tuple[
     return d, (d if mla_dataflow_ideas(dataflow)[0] else d_v)
 
 
+def _sizes(dataflow: str, batch: int, heads: int, seq: int, seq_k: int | None, d_nope: int,
+           d_rope: int, d_v: int, elem: int, block_q: int, causal: bool) -> tuple:
+    """The sizes both ledgers start from, checked: ``(Sk, D, n_q, n_k, n_r, P, QK dim, V dim,
+    pad_v, split_rope, LSE bytes)`` in the notation of the module docstring."""
+    sk = seq if seq_k is None else seq_k
+    _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
+                     d_rope=d_rope, d_v=d_v, elem=elem, block_q=block_q)
+    # n_q = B H Sq query rows, n_k = B H Sk per-head key rows, n_r = B Sk rows of the shared k_rope
+    nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
+    # P: the attended (query, key) pairs of all heads
+    pairs = batch * heads * attended_pairs(seq, sk, causal)
+    return (sk, d_nope + d_rope, nq, nk, nr, pairs, *_attention_dims(dataflow, d_nope, d_rope, d_v),
+            *mla_dataflow_ideas(dataflow), accumulator_bytes(elem) * nq)
+
+
 def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int, d_v: int, *,
                       dataflow: str = "rect", causal: bool = False, elem: int = 2,
                       seq_k: int | None = None, kv_hit: float = KV_RESIDENT,
@@ -105,16 +120,9 @@ def mla_forward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: int
     default 1, K/V resident, is the compulsory traffic the kernels' ledgers count), with
     q-blocks of ``block_q`` rows.
     """
-    sk = seq if seq_k is None else seq_k
-    _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
-                     d_rope=d_rope, d_v=d_v, elem=elem, block_q=block_q)
     check_hit_rate(kv_hit)
-    d = d_nope + d_rope
-    nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
-    pairs = batch * heads * attended_pairs(seq, sk, causal)
-    d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
-    pad_v, split = mla_dataflow_ideas(dataflow)
-    lse = accumulator_bytes(elem) * nq
+    sk, d, nq, nk, nr, pairs, d_qk_att, d_v_att, pad_v, split, lse = _sizes(
+        dataflow, batch, heads, seq, seq_k, d_nope, d_rope, d_v, elem, block_q, causal)
     steps = []
 
     def step(name: StepName, flops: int, read: int, written: int) -> None:
@@ -171,15 +179,8 @@ def mla_backward_steps(batch: int, heads: int, seq: int, d_nope: int, d_rope: in
     ``block_q`` only sets the backward kernel's workspace (its query chunks per head). The
     workspace is counted in the kernel's accumulation dtype: 8 bytes for float64, else 4.
     """
-    sk = seq if seq_k is None else seq_k
-    _check_mla_sizes(dataflow, batch=batch, heads=heads, seq=seq, seq_k=sk, d_nope=d_nope,
-                     d_rope=d_rope, d_v=d_v, elem=elem, block_q=block_q)
-    d = d_nope + d_rope
-    nq, nk, nr = batch * heads * seq, batch * heads * sk, batch * sk
-    pairs = batch * heads * attended_pairs(seq, sk, causal)
-    d_qk_att, d_v_att = _attention_dims(dataflow, d_nope, d_rope, d_v)
-    pad_v, split = mla_dataflow_ideas(dataflow)
-    lse = accumulator_bytes(elem) * nq
+    sk, d, nq, nk, nr, pairs, d_qk_att, d_v_att, pad_v, split, lse = _sizes(
+        dataflow, batch, heads, seq, seq_k, d_nope, d_rope, d_v, elem, block_q, causal)
     acc_elem = accumulator_bytes(elem)
     steps = []
 
