@@ -13,7 +13,8 @@ Public API:
 
 Submodules: ``masks`` (the mask model), ``dropout`` (the counter-based dropout mask),
 ``compat`` (flash_attn's ``flash_attn_func``/``flash_attn_varlen_func`` on numpy arrays),
-``torch_attention`` (an autograd Function, needs torch), ``cost`` (analytic costs), ``walk``
+``torch_attention`` (an autograd Function, needs torch), ``flops``, ``traffic`` and ``ledgers`` (the
+closed-form FLOP counts, main-memory traffic and MLA step ledgers), ``walk``
 (the forward one tile at a time), ``pipeline`` (hardware profiles), ``viz`` (drawings),
 ``widgets`` (the tile and pipeline explorers; their live controls need ipywidgets),
 ``bench`` (``python -m flashlab.bench``), ``numba_cache`` (where compiled kernels are cached;

@@ -288,7 +288,7 @@ def flash_attention(q=None, k=None, v=None, *, scale=None, causal=False, window=
         masks (``0.0``, the default, is off)
     block_q, block_k : tile sizes, any ints >= 1 (need not divide Sq, Sk; larger than the
         lengths means the lengths); the defaults (:data:`~flashlab.tiling.FORWARD_BLOCK`,
-        512 x 256) were the fastest measured on this machine
+        512 x 256) are the fastest of the tiles timed (see there)
     door : how the error messages name the arguments (:class:`flashlab.validation.Door`):
         a front door that has translated its operands passes its own table; default the
         names above

@@ -189,7 +189,7 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
 
     ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
     by ``_scalars_key`` and not checked again (a training loop passes the same ones every
-    step; ~9 us of the torch door's (1, 16, 1, 8) step); a refused one never is. Not while
+    step); a refused one never is. Not while
     ``torch.compile`` traces the door: Dynamo would have to trace this module's dict.
     """
     key = _scalars_key(dropout_p, softmax_scale, causal, window_size, softcap,

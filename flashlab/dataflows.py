@@ -6,10 +6,10 @@ never padded) and ``split_rope`` (the kernel accumulates $Q^R {K^R}^\\top$ itsel
 never expanded or concatenated); ``ping_pong`` changes the schedule inside the kernel only.
 
 Every dataflow is a list of operators, each a :class:`Step` named by :class:`StepName`: the
-closed forms of :mod:`flashlab.cost` and the ledger :mod:`flashlab.mla` measures both produce
+closed forms of :mod:`flashlab.ledgers` and the ledger :mod:`flashlab.mla` measures both produce
 them, and :data:`REMOVES` says which operators each idea removes.
 
-Pure Python: imported by cost, mla, rect and vendor alike.
+Pure Python: imported by ledgers, traffic, mla, rect and vendor alike.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ class Step:
     equals ``bytes_written``); ``workspace``: scratch it allocates and frees (the backward
     kernel's partial sums). Measured steps (:mod:`flashlab.mla`) also carry ``reads``/
     ``writes`` (``{name: shape}``) and ``matmuls`` (``{product: FLOPs}``); closed-form ones
-    (:mod:`flashlab.cost`) leave them empty.
+    (:mod:`flashlab.ledgers`) leave them empty.
     """
 
     name: str

@@ -34,8 +34,8 @@ pad a slice, of a concat a split, of an expand a sum over heads.
 **The ledger.** Each step runs as a separate operator that allocates its outputs, and
 records a :class:`~flashlab.dataflows.Step`: FLOPs, bytes read and written (each input array read once and each
 output written once, measured with ``nbytes`` of the arrays it really touched), bytes it
-allocated and the scratch it freed again. :mod:`flashlab.cost` has the same numbers in
-closed form (:func:`flashlab.cost.mla_forward_steps`); the tests check that they agree, and
+allocated and the scratch it freed again. :mod:`flashlab.ledgers` has the same numbers in
+closed form (:func:`flashlab.ledgers.mla_forward_steps`); the tests check that they agree, and
 that :func:`ledger_peak` is the peak memory ``tracemalloc`` really sees.
 
 Inputs are float32 or float64 (float16 would be converted to float32 inside the kernel API,
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashlab import api
-from flashlab.cost import backward_partials_elements, check_dataflow
 from flashlab.dataflows import DATAFLOWS, Dataflow, Step, StepName, total
+from flashlab.ledgers import backward_partials_elements, check_dataflow
 from flashlab.masks import band_from
 
 __all__ = ["DATAFLOWS", "Step", "MLAForward", "mla_forward", "mla_backward",
@@ -179,7 +179,7 @@ def attention(ledger: list[Step], q, k, v, q_rope, k_rope, opts: dict) -> tuple[
 
 def _workspace_bytes(q, k, v, q_rope, k_rope, block_q: int) -> int:
     """The backward kernel's partial-sum buffers for these operands (see
-    :func:`flashlab.cost.backward_partials_elements`; measured in the tests)."""
+    :func:`flashlab.ledgers.backward_partials_elements`; measured in the tests)."""
     B, H, Sq = q.shape[:3]
     grads = [(k.shape[1], k.shape[3]), (v.shape[1], v.shape[3])]
     if k_rope is not None:

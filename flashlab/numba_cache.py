@@ -1,8 +1,8 @@
 """Where Numba keeps flashlab's compiled kernels, decided once at import.
 
 Every ``@njit`` in flashlab is written ``@njit(cache=CACHE)``. Numba's cache saves each
-compiled signature to disk so that a new process loads it in ~0.4 s instead of compiling for
-4-6 s per kernel. By default Numba writes into ``__pycache__`` beside the source and, if that
+compiled signature to disk so that a new process loads it instead of compiling it again
+(loading is an order of magnitude faster). By default Numba writes into ``__pycache__`` beside the source and, if that
 is read-only, into ``~/.cache/numba``; when neither is writable it refuses to decorate the
 function at all (``RuntimeError: cannot cache function ...: no locator available``), so a
 read-only install (a system site-packages, a container image, a shared lab machine) could not
@@ -29,8 +29,7 @@ so there flashlab runs its parallel kernels one at a time.
 **Serial twins** (:func:`serial_twin`). A ``@njit(parallel=True)`` kernel starts Numba's
 thread pool on every call, even with ``numba.set_num_threads(1)``: the ``prange`` loop is
 lowered to a gufunc that the threading layer launches. For a problem whose arithmetic is a few
-thousand multiply-adds that launch *is* the call (issue 22: (1, 16, 1, 8) forward plus
-backward through the torch door took 1.0 ms against SDPA's 0.08 ms). :func:`serial_twin`
+thousand multiply-adds that launch *is* the call (issue 22). :func:`serial_twin`
 compiles the very same function a second time without ``parallel``, where Numba runs
 ``prange`` as ``range`` on the calling thread: one source of truth, two builds
 (``flashlab.api.kernels_for`` picks one from the problem's size). Every parallel kernel of
@@ -41,8 +40,8 @@ qualified name and keys an entry by signature and bytecode, not by the compile f
 plain ``njit`` of the same ``py_func`` would read (or overwrite) the parallel build's entry.
 
 **Numba's one-time setup** (:func:`numba_setup`). Before the first kernel a process loads from
-the cache (or compiles), Numba imports and registers its typing and lowering tables: ~0.1 s
-on the 2-core machine, the same for every Numba program, however small the kernel. A first
+the cache (or compiles), Numba imports and registers its typing and lowering tables, the same
+for every Numba program, however small the kernel. A first
 call pays it unless something ran it before; the torch front door runs it at its import.
 """
 from __future__ import annotations
@@ -162,8 +161,8 @@ def serial_twin(kernel: Any) -> Any:
 
 def numba_setup() -> None:
     """Run Numba's one-time setup now: ``cpu_target.target_context.refresh()``, which imports
-    and registers Numba's typing and lowering tables (~0.1 s, measured on the 2-core machine:
-    most of a warm-cache first call); later calls return at once.
+    and registers Numba's typing and lowering tables (most of a warm-cache first call); later
+    calls return at once.
 
     Numba runs it before the first kernel a process loads from its cache or compiles. The
     torch front door (``flashlab.torch_attention``) calls this at import, as it imports

@@ -20,7 +20,7 @@ The Ascend article (【昇腾热点算子大解密】消除冗余计算,释放�
 
 *The separate operators* (pad, slice, expand, concat) move data through HBM and compute
 nothing. Each one's time is its compulsory traffic (bytes read + bytes written, from
-:func:`flashlab.cost.mla_forward_steps`) over the chip's HBM bandwidth $\beta$:
+:func:`flashlab.ledgers.mla_forward_steps`) over the chip's HBM bandwidth $\beta$:
 
 $$
 t_{\text{op}} = \frac{Q_{\text{read}} + Q_{\text{written}}}{\beta}.
@@ -43,7 +43,7 @@ timed with the roofline, $\max(F/\pi, Q/\beta)$.
 
 This module sits above :mod:`flashlab.pipeline` because the forward kernel's time is the
 calibrated model's (:func:`kernel_seconds`); the operator costs it adds come from
-:mod:`flashlab.cost` and the operator names from :mod:`flashlab.dataflows`.
+:mod:`flashlab.ledgers` and the operator names from :mod:`flashlab.dataflows`.
 """
 from __future__ import annotations
 
@@ -53,18 +53,19 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flashlab import cost, dataflows
+from flashlab import dataflows, ledgers
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dataflows import IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, Step
 from flashlab.pipeline import calibrated
 from flashlab.pipeline.calibrated import ChipModel
 from flashlab.pipeline.params import HardwareProfile
+from flashlab.pipeline.roofline import RooflinePoint, ridge_point
 from flashlab.rope import DEEPSEEK_V3_HEADS, DEEPSEEK_V3_NOPE_DIM, DEEPSEEK_V3_ROPE_DIM, DEEPSEEK_V3_V_DIM
 
 __all__ = ["IDEA_LABELS", "MLAProblem", "check_ideas", "label", "forward_time", "chip_model",
            "all_combinations", "dataflow_of", "kernel_options", "separate_steps", "op_seconds",
            "kernel_seconds", "Composition", "compose", "compose_backward", "speedup",
-           "RooflinePoint", "kernel_roofline_by_hit", "break_even_hit"]
+           "kernel_roofline_by_hit", "break_even_hit"]
 
 #: short names of the ideas for tables and legends
 IDEA_LABELS = {idea: idea.label for idea in IDEAS}
@@ -140,7 +141,7 @@ class MLAProblem:
         return [math.ceil(min((i + 1) * self.block_q, self.seq) / self.block_k) for i in range(n_q)]
 
     def cost_args(self) -> tuple[tuple, dict]:
-        """``(args, kwargs)`` for :func:`flashlab.cost.mla_forward_steps` / ``mla_backward_steps``."""
+        """``(args, kwargs)`` for :func:`flashlab.ledgers.mla_forward_steps` / ``mla_backward_steps``."""
         return ((self.batch, self.heads, self.seq, self.d_nope, self.d_rope, self.d_v),
                 dict(causal=self.causal, elem=self.elem))
 
@@ -201,8 +202,8 @@ def separate_steps(problem: MLAProblem, ideas: Iterable[str], *, backward: bool 
     for each idea."""
     s = check_ideas(ideas)
     args, kw = problem.cost_args()
-    steps = (cost.mla_backward_steps(*args, dataflow=Dataflow.BASELINE, block_q=problem.block_q, **kw)
-             if backward else cost.mla_forward_steps(*args, dataflow=Dataflow.BASELINE, **kw))
+    steps = (ledgers.mla_backward_steps(*args, dataflow=Dataflow.BASELINE, block_q=problem.block_q, **kw)
+             if backward else ledgers.mla_forward_steps(*args, dataflow=Dataflow.BASELINE, **kw))
     removed = {name for idea in s for name in REMOVES[idea]}
     return [st for st in steps if st.name not in KERNEL_STEPS and st.name not in removed]
 
@@ -305,7 +306,7 @@ def compose_backward(problem: MLAProblem, ideas: Iterable[str], *,
                      chip: str | ChipModel = "910B2") -> Composition:
     """The modelled backward: the FA backward kernel by the roofline of ``chip``,
     $\\max(F / \\pi,\\ Q / \\beta)$ with $F$ and $Q$ from
-    :func:`flashlab.cost.mla_backward_steps`, plus the separate operators that remain.
+    :func:`flashlab.ledgers.mla_backward_steps`, plus the separate operators that remain.
 
     The roofline assumes perfect overlap inside the kernel, so ``"ping_pong"`` changes nothing
     here; V padded or not changes $F$ ($3D + 2D_v$ per attended pair and 2 FLOPs).
@@ -314,7 +315,7 @@ def compose_backward(problem: MLAProblem, ideas: Iterable[str], *,
     m = chip_model(chip)
     args, kw = problem.cost_args()
     # the kernel step of the dataflow of these ideas (V padded or native, RoPE concatenated or split)
-    steps = cost.mla_backward_steps(*args, dataflow=dataflow_of(s), block_q=problem.block_q, **kw)
+    steps = ledgers.mla_backward_steps(*args, dataflow=dataflow_of(s), block_q=problem.block_q, **kw)
     kernel = next(st for st in steps if st.name == "flash attention backward")
     bw = m.hbm_bandwidth.value
     # t = max(F / pi_chip, Q / beta)
@@ -331,22 +332,12 @@ def speedup(before: Composition, after: Composition, *, part: str = "total") -> 
     return getattr(before, part) / getattr(after, part)
 
 
-@dataclass(frozen=True)
-class RooflinePoint:
-    """Where the FA forward kernel sits on a chip's roofline at one K/V hit rate."""
-
-    kv_hit: float
-    flops: float
-    bytes_moved: float
-    ridge: float             # FLOP/byte where the roofline turns: peak / bandwidth
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes_moved
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.intensity >= self.ridge else "memory"
+def _kernel_counts(problem: MLAProblem, kv_hit: float, dataflow: str) -> tuple[float, float]:
+    """``(FLOPs, bytes read + written)`` of the FA forward kernel step of ``dataflow``."""
+    args, kw = problem.cost_args()
+    steps = ledgers.mla_forward_steps(*args, dataflow=dataflow, kv_hit=kv_hit, block_q=problem.block_q, **kw)
+    k = next(s for s in steps if s.name == dataflows.StepName.ATTENTION)
+    return float(k.flops), float(k.bytes_read + k.bytes_written)
 
 
 def kernel_roofline_by_hit(profile: HardwareProfile, problem: MLAProblem = MLAProblem(),
@@ -354,18 +345,18 @@ def kernel_roofline_by_hit(profile: HardwareProfile, problem: MLAProblem = MLAPr
                            dataflow: str = Dataflow.RECT) -> list[RooflinePoint]:
     r"""The FA forward kernel of ``dataflow`` on ``profile``'s roofline as the K/V hit rate varies.
 
-    FLOPs and bytes are those of the kernel step of :func:`flashlab.cost.mla_forward_steps`,
-    with the K/V re-reads per q-block served on chip at rate $h$ (:func:`flashlab.cost.traffic`'s
+    FLOPs and bytes are those of the kernel step of :func:`flashlab.ledgers.mla_forward_steps`,
+    with the K/V re-reads per q-block served on chip at rate $h$ (:func:`flashlab.traffic.traffic`'s
     model); the ridge point is $\pi / \beta$. At $h = 0$ chapter 1's count (every q-block reads
-    K and V from HBM), at $h = 1$ the compulsory traffic of the MLA ledger.
+    K and V from HBM), at $h = 1$ the compulsory traffic of the MLA ledger. Each point is labelled
+    ``"kv_hit=<h>"`` and carries the kernel's FLOPs (so its ``bytes_moved``), in the order of ``hits``.
     """
-    args, kw = problem.cost_args()
-    ridge = profile.peak_flops.value / profile.hbm_bandwidth.value     # pi / beta
+    ridge = ridge_point(profile)
     out = []
     for h in hits:
-        steps = cost.mla_forward_steps(*args, dataflow=dataflow, kv_hit=h, block_q=problem.block_q, **kw)
-        k = next(s for s in steps if s.name == dataflows.StepName.ATTENTION)
-        out.append(RooflinePoint(float(h), float(k.flops), float(k.bytes_read + k.bytes_written), ridge))
+        f, q = _kernel_counts(problem, h, dataflow)
+        # I = F / Q
+        out.append(RooflinePoint(f"kv_hit={h:g}", f / q, ridge=ridge, flops=f))
     return out
 
 
@@ -377,9 +368,9 @@ def break_even_hit(profile: HardwareProfile, problem: MLAProblem = MLAProblem(),
     $F / Q(h) = \pi / \beta$ is crossed at $h^* = 1 - (F\beta/\pi - Q_1) / (Q_0 - Q_1)$
     (clipped to [0, 1]: 0 when compute-bound even with every re-read a miss).
     """
-    p0, p1 = kernel_roofline_by_hit(profile, problem, (0.0, 1.0), dataflow=dataflow)
-    q_at_ridge = p0.flops / p0.ridge                                   # F beta / pi
-    if p0.bytes_moved == p1.bytes_moved:
-        return 0.0 if p0.bound == "compute" else 1.0
-    h = 1.0 - (q_at_ridge - p1.bytes_moved) / (p0.bytes_moved - p1.bytes_moved)
+    (f, q0), (_, q1) = _kernel_counts(problem, 0.0, dataflow), _kernel_counts(problem, 1.0, dataflow)
+    q_at_ridge = f / ridge_point(profile)                              # F beta / pi
+    if q0 == q1:
+        return 0.0 if q0 <= q_at_ridge else 1.0
+    h = 1.0 - (q_at_ridge - q1) / (q0 - q1)
     return min(1.0, max(0.0, h))

@@ -22,8 +22,8 @@ traces into Numba, and the eager, ``aot_eager`` and ``inductor`` backends all ru
 kernels as eager mode.
 
 **Eager mode** does not go through the op's dispatch (the dispatcher, the op's autograd
-wrapper, a second dispatch to the CPU kernel: ~105 us a call, measured in issue 22, more than
-flashlab's own work at (1, 16, 1, 8)): outside ``torch.compile`` the front door calls an
+wrapper, a second dispatch to the CPU kernel: more than flashlab's own work at small shapes,
+issue 22): outside ``torch.compile`` the front door calls an
 autograd Function with the op's own bodies, the same saved tensors and the same
 non-differentiable outputs, so both paths give the same bits (tests/test_small_shapes.py).
 Its forward keeps the checked problem (``flashlab.compat.flash_attn_func(..., return_state=True)``), so the
@@ -36,7 +36,7 @@ from them tile by tile, as FlashAttention does (:func:`flashlab.compat.flash_att
 **Import and first call.** Importing this module imports ``torch._dynamo`` and runs Numba's
 one-time setup (:func:`flashlab.numba_cache.numba_setup`), both costs that would otherwise
 land in the first training step; that step then only loads its kernels from Numba's cache
-(~50 ms at (8, 128, 4, 32) on the 2-core machine; ``python -m flashlab.bench.overhead``).
+(``python -m flashlab.bench.overhead`` times it).
 
 **Not supported**, each with a ``NotImplementedError`` that says so: double backward
 (``create_graph=True`` then differentiating the gradients), ``torch.vmap`` / ``torch.func``
@@ -264,9 +264,8 @@ class _EagerAttention(torch.autograd.Function):
     """The forward op's computation and autograd formula, called without the op's dispatch.
 
     Outside ``torch.compile`` nothing needs the registered op: its eager call goes through the
-    dispatcher, the op's autograd wrapper and a second dispatch to the CPU kernel, measured
-    at ~105 us of a 155 us forward plus backward of an op that computes nothing (issue 22,
-    (1, 16, 1, 8) on the 2-core machine; this Function: 49 us). This class runs the same
+    dispatcher, the op's autograd wrapper and a second dispatch to the CPU kernel, which cost
+    more than the small problems' arithmetic (issue 22). This class runs the same
     computation as :func:`_forward_impl` and :func:`_backward_impl` (the forward's validated
     state reused by the backward), saves q, k, v and out as the op does (and softmax_lse as a
     tensor when the caller gets it), marks the same outputs non-differentiable. With
@@ -275,8 +274,7 @@ class _EagerAttention(torch.autograd.Function):
 
     It returns ``out`` alone unless ``need_lse`` (then ``(out, softmax_lse, attn_probs)``) and
     keeps the seed as an int: each extra output of an autograd Function costs its own
-    bookkeeping (measured, a Function of (1, 16, 1, 8) returning four outputs against one:
-    70 against 50 us a forward plus backward).
+    bookkeeping.
     """
 
     @staticmethod

@@ -121,8 +121,8 @@ class Problem:
 
     def _with(self, **changes) -> Problem:
         """A copy with ``changes``: ``dataclasses.replace`` for fields this module sets itself,
-        without replace's call of ``__init__`` over every field (~8 us, a tenth of the torch
-        door's whole step at (1, 16, 1, 8); the fields were checked when ``self`` was made)."""
+        without replace's call of ``__init__`` over every field (the fields were checked when
+        ``self`` was made)."""
         new = object.__new__(Problem)
         d = new.__dict__
         d.update(self.__dict__, **changes)
@@ -167,11 +167,8 @@ def _finite(door: Door | None = None, **arrays: np.ndarray) -> dict[str, float]:
 
 
 #: arrays of at most this many elements are scanned by the serial build of the scan, in the
-#: calling thread: a parallel Numba launch wakes a thread pool, which next to torch's spinning
-#: OpenMP threads cost 0.13 s per call on this 2-core machine (cProfile of the torch door at
-#: (1, 16, 1, 8)). Measured (float32 rows of 32, 2-core machine, best of 100): 2^17 elements
-#: serial 15 us, parallel 12 us; 2^19: 61 and 20 us; 2^22: 490 and 247 us; with the other
-#: core busy the parallel median was 10-24 ms at every size (the pool waits for its thread)
+#: calling thread: a parallel Numba launch wakes a thread pool, which can wait for torch's
+#: spinning OpenMP threads; the parallel scan pays off only on large arrays
 SMALL_SCAN = 1 << 18
 #: the parallel scan, callable from several Python threads at once under any threading layer
 _PARALLEL_SCAN = thread_safe(finite_and_max_sq_norm)
@@ -180,10 +177,10 @@ _PARALLEL_SCAN = thread_safe(finite_and_max_sq_norm)
 def _scan(x: np.ndarray) -> tuple[bool, float]:
     """``(all finite, max squared norm of the last axis in float64)`` of ``x``.
 
-    float32/float64 arrays in one Numba pass (:mod:`flashlab.input_scan`: measured ~4x
-    faster than the NumPy below, which matters for decode, see that module): parallel above
-    ``SMALL_SCAN`` elements, else its serial build (one call instead of NumPy's three passes
-    and temporaries: ~1 us against ~10 us at (1, 16, 1, 8)). Empty arrays by NumPy.
+    float32/float64 arrays in one Numba pass (:mod:`flashlab.input_scan`, faster than the
+    NumPy below, which matters for decode, see that module): parallel above ``SMALL_SCAN``
+    elements, else its serial build (one call instead of NumPy's three passes and
+    temporaries). Empty arrays by NumPy.
     """
     # 'f' float32, 'd' float64 in the machine's byte order (a dtype == type test is ~0.3 us)
     kind = x.dtype.char if x.dtype.isnative else "?"

@@ -4,7 +4,7 @@ Every chapter that quotes a vendor's figure shows its row from :func:`vendor_tab
 figure never has two values in the book. Each row sets the figure beside four estimates:
 
 ``"cost"``
-    the cost model (:mod:`flashlab.cost`): the ratio of FLOPs (of bytes allocated, for a
+    the cost model (:mod:`flashlab.flops`, :mod:`flashlab.ledgers`): the ratio of FLOPs (of bytes allocated, for a
     memory figure) — what a machine whose time followed the arithmetic would show;
 ``"roofline"``
     every operator alone on the chip's roofline, $\max(F/\pi,\ Q/\beta)$, with the compulsory
@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flashlab import cost, rect
+from flashlab import flops, ledgers, rect, tiling
 from flashlab.bench.paired import MIN_ROUNDS, RESOLUTION, PairedRatio, paired_ratio_of_rows
 from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
 from flashlab.pipeline import calibrated
@@ -369,9 +369,9 @@ def _runs(bench_json, mla_bench_json) -> tuple[dict, dict]:
 @functools.lru_cache(maxsize=4)
 def _steps(problem: rect.MLAProblem):
     args, kw = problem.cost_args()
-    fwd = {f: cost.mla_forward_steps(*args, dataflow=f, kv_hit=cost.KV_RESIDENT, block_q=problem.block_q, **kw)
+    fwd = {f: ledgers.mla_forward_steps(*args, dataflow=f, kv_hit=tiling.KV_RESIDENT, block_q=problem.block_q, **kw)
            for f in DATAFLOWS}
-    bwd = {f: cost.mla_backward_steps(*args, dataflow=f, block_q=problem.block_q, **kw) for f in DATAFLOWS}
+    bwd = {f: ledgers.mla_backward_steps(*args, dataflow=f, block_q=problem.block_q, **kw) for f in DATAFLOWS}
     return fwd, bwd
 
 
@@ -566,7 +566,7 @@ def _fused_rows(x: _Inputs) -> list[VendorRow]:
     full = x.full
     fc = FUSED_CASE
     heads = fc["batch"] * fc["heads"]
-    ops = cost.operation_costs(fc["seq"], fc["seq"], fc["d"], fc["d"], block_q=128, elem=2, kv_hit=cost.KV_RESIDENT)
+    ops = flops.operation_costs(fc["seq"], fc["seq"], fc["d"], fc["d"], block_q=128, elem=2, kv_hit=tiling.KV_RESIDENT)
     # the three separate operators at their roofline time (streaming copies and matmuls: a lower
     # bound, close for the memory-bound softmax), B H heads
     unfused = heads * sum(_roof(x.chip, *ops[n]) for n in ("QK^T", "softmax", "PV"))

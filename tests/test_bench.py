@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from flashlab import bench
-from flashlab.cost import attention_backward_flops, attention_flops
+from flashlab.flops import attention_backward_flops, attention_flops
 
 #: a suite small enough for a test: N 32 and 64, 2 heads, memory (fresh process) at N=32
 #: non-causal only; MLA (the 24/16 shape is its concatenated one) in this process
@@ -215,7 +215,7 @@ def test_naive_memory_in_a_fresh_process_exceeds_flashlab():
 
 def test_mla_memory_matches_the_cost_model():
     # the baseline dataflow's training step holds every intermediate: the measured peak is the
-    # ledger's (flashlab.cost) within a few pages of allocator slack
+    # ledger's (flashlab.ledgers) within a few pages of allocator slack
     case = bench.Case("mla:baseline", "backward", 512, 128, 128, heads=4, d_rope=64)
     measured = bench.measure_fresh(case)["peak_extra_bytes"]
     model = bench.mla_model_peak(case)
@@ -499,21 +499,21 @@ def test_cli_mla_only(monkeypatch, tmp_path):
 
 
 def test_model_intensity_of_each_kind_of_row():
-    from flashlab import cost
+    from flashlab import flops
     row = dict(n=4096, d_qk=128, d_v=128, block=[256, 128])
-    std = cost.operation_intensities(4096, 4096, 128, 128, elem=4)["standard attention"]
+    std = flops.operation_intensities(4096, 4096, 128, 128, elem=4)["standard attention"]
     assert bench.model_intensity({**row, "impl": "numpy_naive", "direction": "forward"}) == std
     # torch at 192/128 takes its math path: standard attention's intensity
     math_row = {**row, "d_qk": 192, "impl": "torch_sdpa", "direction": "forward"}
     assert bench.model_intensity(math_row) == \
-        cost.operation_intensities(4096, 4096, 192, 128, elem=4)["standard attention"]
+        flops.operation_intensities(4096, 4096, 192, 128, elem=4)["standard attention"]
     fused = bench.model_intensity({**row, "impl": "flashlab", "direction": "forward"})
-    assert fused == cost.operation_intensities(4096, 4096, 128, 128, block_q=256, elem=4)["FlashAttention (fused)"]
+    assert fused == flops.operation_intensities(4096, 4096, 128, 128, block_q=256, elem=4)["FlashAttention (fused)"]
     assert fused > 3 * std                       # ~B_r/2 against ~D/4 FLOP per byte
     # torch's flash kernel uses its own query block (256 rows at this N), not the row's
     assert bench.model_intensity({**row, "block": [64, 64], "impl": "torch_sdpa", "direction": "forward"}) == fused
     assert bench.model_intensity({**row, "block": [64, 64], "impl": "flashlab", "direction": "backward"}) == \
-        cost.flash_backward_intensity(4096, 4096, 128, 128, block_q=64)
+        flops.flash_backward_intensity(4096, 4096, 128, 128, block_q=64)
     assert [bench.torch_flash_block_q(n) for n in (100, 192, 767, 768)] == [32, 64, 64, 256]
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from flashlab import cost, rect, vendor
+from flashlab import flops, ledgers, rect, tiling, vendor
 from flashlab.pipeline import calibrated
 from flashlab.pipeline.params import STATUSES
 
@@ -176,7 +176,7 @@ def test_calibrated_kernel_is_never_below_its_roofline(ideas):
     faster than max(F / pi, Q / beta) with its compulsory traffic."""
     p = rect.MLAProblem()
     args, kw = p.cost_args()
-    steps = cost.mla_forward_steps(*args, dataflow=rect.dataflow_of(ideas), kv_hit=cost.KV_RESIDENT, **kw)
+    steps = ledgers.mla_forward_steps(*args, dataflow=rect.dataflow_of(ideas), kv_hit=tiling.KV_RESIDENT, **kw)
     k = next(s for s in steps if s.name.startswith("flash attention"))
     roof = max(k.flops / B2.peak_flops, (k.bytes_read + k.bytes_written) / B2.hbm_bandwidth.value)
     assert rect.kernel_seconds(p, ideas) >= roof
@@ -184,7 +184,7 @@ def test_calibrated_kernel_is_never_below_its_roofline(ideas):
 
 @pytest.mark.parametrize("s", SEQS)
 def test_forward_time_is_never_below_the_roofline(s):
-    ops = cost.operation_costs(s, s, 128, 128, elem=2, kv_hit=cost.KV_RESIDENT)["FlashAttention (fused)"]
+    ops = flops.operation_costs(s, s, 128, 128, elem=2, kv_hit=tiling.KV_RESIDENT)["FlashAttention (fused)"]
     roof = max(ops[0] / B2.peak_flops, ops[1] / B2.hbm_bandwidth.value)
     assert rect.forward_time(1, 1, s, s, 128) >= roof
     assert not math.isnan(roof)

@@ -1,11 +1,11 @@
 """Standard attention has one traffic count per named dataflow, and every chapter names the one it prints.
 
-Two dataflows of :func:`flashlab.cost.traffic` count standard attention: ``"standard"``
+Two dataflows of :func:`flashlab.traffic.traffic` count standard attention: ``"standard"``
 (Algorithm 0 as three unfused operators, each reading its inputs once: the count of the early
 chapters and of torch's unfused pipeline) and ``"gpu:standard"`` (the CUDA twin's three kernels,
 K and V re-read per row tile, S read twice). A chapter may print a byte count of standard
 attention only through one of them, by name: this test reads every chapter's code and fails on
-a dataflow ``cost.traffic`` does not give, on a byte count computed by a lower-level helper
+a dataflow ``traffic.traffic`` does not give, on a byte count computed by a lower-level helper
 instead, and on a chapter that uses a standard dataflow without naming it where the reader sees
 it (a markdown cell or an output). The helpers the chapters may still call are checked to equal
 their dataflow.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from flashlab import cost
+from flashlab import flops, traffic
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 #: the API reference lists every name; it prints no counts
 NOT_CHAPTERS = {"api.ipynb"}
-#: lower-level closed forms of standard attention's bytes: a chapter calls cost.traffic instead
+#: lower-level closed forms of standard attention's bytes: a chapter calls traffic.traffic instead
 HELPERS = ("hbm_elements_standard", "standard_attention_traffic")
 #: helpers whose standard-attention entry is a named dataflow (checked below), allowed in chapters
 NAMED_HELPERS = {"operation_costs": "standard"}
@@ -62,12 +62,12 @@ def test_chapter_prints_only_named_dataflows(path):
     code, seen = cells(path)
     used = dataflows_used(code)
     for fn, name in used:
-        known = cost.TRAFFIC_DATAFLOWS if fn == "traffic" else cost.BACKWARD_TRAFFIC_DATAFLOWS
+        known = traffic.TRAFFIC_DATAFLOWS if fn == "traffic" else traffic.BACKWARD_TRAFFIC_DATAFLOWS
         assert name in known, f"{path.name}: cost.{fn}({name!r}): not a dataflow cost.{fn} gives"
     for helper in HELPERS:
         assert not re.search(rf"\b{helper}\(", code), (
             f"{path.name} computes standard attention's bytes with cost.{helper}: print them through "
-            f"cost.traffic's named dataflows {STANDARD_DATAFLOWS}")
+            f"traffic.traffic's named dataflows {STANDARD_DATAFLOWS}")
     standard = {name for _, name in used if name in STANDARD_DATAFLOWS}
     standard |= {name for helper, name in NAMED_HELPERS.items() if re.search(rf"\b{helper}\(", code)}
     for name in standard:
@@ -77,18 +77,18 @@ def test_chapter_prints_only_named_dataflows(path):
 
 
 def test_the_scan_catches_an_unknown_dataflow_and_a_helper():
-    code = 'x = cost.traffic("naive", seq_q=8)\ny = cost.hbm_elements_standard(8, 8, 4, 4)'
+    code = 'x = traffic.traffic("naive", seq_q=8)\ny = traffic.hbm_elements_standard(8, 8, 4, 4)'
     assert ("traffic", "naive") in dataflows_used(code)
-    assert "naive" not in cost.TRAFFIC_DATAFLOWS
+    assert "naive" not in traffic.TRAFFIC_DATAFLOWS
     assert re.search(r"\bhbm_elements_standard\(", code)
 
 
 @pytest.mark.parametrize("sq, sk, d, dv, elem", [(4096, 4096, 64, 64, 4), (300, 200, 128, 64, 2)])
 def test_helpers_equal_their_dataflow(sq, sk, d, dv, elem):
     kw = dict(seq_q=sq, seq_k=sk, d_qk=d, d_v=dv, elem=elem)
-    alg0 = cost.traffic("standard", **kw)
-    assert alg0.total == elem * cost.hbm_elements_standard(sq, sk, d, dv)
-    assert cost.operation_costs(sq, sk, d, dv, elem=elem)["standard attention"][1] == alg0.total
-    gpu = cost.traffic("gpu:standard", **kw, block_q=32)
-    assert (gpu.read, gpu.written) == cost.standard_attention_traffic(sq, sk, d, dv, tile=32, elem=elem)
+    alg0 = traffic.traffic("standard", **kw)
+    assert alg0.total == elem * traffic.hbm_elements_standard(sq, sk, d, dv)
+    assert flops.operation_costs(sq, sk, d, dv, elem=elem)["standard attention"][1] == alg0.total
+    gpu = traffic.traffic("gpu:standard", **kw, block_q=32)
+    assert gpu == traffic.standard_attention_traffic(sq, sk, d, dv, tile=32, elem=elem)
     assert gpu.total > alg0.total        # two dataflows, two counts (K/V re-reads, S read twice)

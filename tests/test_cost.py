@@ -1,4 +1,4 @@
-"""flashlab.cost's closed forms against brute-force counts of the loops they describe."""
+"""flashlab.flops' and flashlab.traffic's closed forms against brute-force counts of the loops they describe."""
 from __future__ import annotations
 
 import itertools
@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from flashlab import cost
+from flashlab import flops, traffic
 
 SIZES = [(1, 1, 1, 1), (7, 13, 5, 3), (64, 64, 64, 64), (129, 1000, 192, 128), (1000, 129, 72, 40)]
 
@@ -38,7 +38,7 @@ def count_flash(sq: int, sk: int, d: int, dv: int, block_q: int, block_k: int) -
 
 @pytest.mark.parametrize("sizes", SIZES, ids=lambda s: "x".join(map(str, s)))
 def test_hbm_standard_equals_step_count(sizes):
-    assert cost.hbm_elements_standard(*sizes) == count_standard(*sizes)
+    assert traffic.hbm_elements_standard(*sizes) == count_standard(*sizes)
 
 
 @pytest.mark.parametrize("block_k", [1, 16, 64, 5000])
@@ -46,17 +46,17 @@ def test_hbm_standard_equals_step_count(sizes):
 @pytest.mark.parametrize("sizes", SIZES, ids=lambda s: "x".join(map(str, s)))
 def test_hbm_flash_equals_loop_count(sizes, block_q, block_k):
     """The formula counts every K/V block once per query block, whatever block_k is."""
-    assert cost.hbm_elements_flash(*sizes, block_q) == count_flash(*sizes, block_q, block_k)
+    assert traffic.hbm_elements_flash(*sizes, block_q) == count_flash(*sizes, block_q, block_k)
 
 
 def test_standard_moves_more_than_flash_at_large_sram():
     """With the block SRAM allows, standard attention moves more at every N >= 1024 and the ratio
     grows with N (standard is Theta(N^2), flash Theta(N^2 d^2 / M) with d^2/M small)."""
     d, M = 64, 100 * 1024 // 2   # 100 KiB of fp16
-    blk = cost.block_for_sram(M, d, d)
+    blk = traffic.block_for_sram(M, d, d)
     ratios = []
     for n in [1024, 2048, 4096, 8192, 16384]:
-        std, fl = cost.hbm_elements_standard(n, n, d, d), cost.hbm_elements_flash(n, n, d, d, blk)
+        std, fl = traffic.hbm_elements_standard(n, n, d, d), traffic.hbm_elements_flash(n, n, d, d, blk)
         assert std > fl
         ratios.append(std / fl)
     assert ratios == sorted(ratios)
@@ -66,13 +66,13 @@ def test_flash_traffic_follows_theorem2():
     """HBM_flash / (N^2 d^2 / M) stays within a constant band as N grows (Theta, not just O),
     and more SRAM never means more traffic."""
     d, M = 64, 50_000
-    blk = cost.block_for_sram(M, d, d)
-    ratios = [cost.hbm_elements_flash(n, n, d, d, blk) / cost.fa1_theorem2(n, d, M)
+    blk = traffic.block_for_sram(M, d, d)
+    ratios = [traffic.hbm_elements_flash(n, n, d, d, blk) / traffic.fa1_theorem2(n, d, M)
               for n in [4096, 8192, 16384, 32768]]
     assert max(ratios) / min(ratios) < 1.1
-    traffic = [cost.hbm_elements_flash(8192, 8192, d, d, cost.block_for_sram(m, d, d))
+    elements = [traffic.hbm_elements_flash(8192, 8192, d, d, traffic.block_for_sram(m, d, d))
                for m in [10_000, 20_000, 50_000, 100_000, 200_000]]
-    assert traffic == sorted(traffic, reverse=True)
+    assert elements == sorted(elements, reverse=True)
 
 
 @pytest.mark.parametrize("d_qk, d_v", [(64, 64), (192, 128), (72, 40), (1, 1)])
@@ -81,39 +81,39 @@ def test_block_for_sram_is_the_largest_that_fits(d_qk, d_v):
     def working_set(b):
         return b * b + b * (2 * d_qk + 2 * d_v)
     for m in [working_set(1), working_set(1) + 1, 1000, 12_345, 65_536, 256 * 1024, 10**7]:
-        b = cost.block_for_sram(m, d_qk, d_v)
+        b = traffic.block_for_sram(m, d_qk, d_v)
         assert b >= 1 and working_set(b) <= m < working_set(b + 1), (m, b)
     # exactly at the boundary
     for b in [1, 2, 63, 64, 128]:
-        assert cost.block_for_sram(working_set(b), d_qk, d_v) == b
+        assert traffic.block_for_sram(working_set(b), d_qk, d_v) == b
         if b > 1:
-            assert cost.block_for_sram(working_set(b) - 1, d_qk, d_v) == b - 1
+            assert traffic.block_for_sram(working_set(b) - 1, d_qk, d_v) == b - 1
 
 
 def test_block_for_sram_too_small_raises():
     with pytest.raises(ValueError, match=r"sram_elems=10 cannot hold even a 1-row block"):
-        cost.block_for_sram(10, 64, 64)
+        traffic.block_for_sram(10, 64, 64)
 
 
 def test_attention_flops_counts_the_two_matmuls():
     """2 m n k per matmul: Q K^T is (Sq x Dqk)(Dqk x Sk), P V is (Sq x Sk)(Sk x Dv)."""
     for sq, sk, dqk, dv, b, h in itertools.product([1, 7, 129], [3, 64], [72, 192], [40, 128], [1, 2], [1, 8]):
         want = b * h * (2 * sq * dqk * sk + 2 * sq * sk * dv)
-        assert cost.attention_flops(sq, sk, dqk, dv, batch=b, heads=h) == want
-    assert cost.attention_flops(100, 100, 64, 64, tile_fraction=0.5) == 0.5 * cost.attention_flops(100, 100, 64, 64)
+        assert flops.attention_flops(sq, sk, dqk, dv, batch=b, heads=h) == want
+    assert flops.attention_flops(100, 100, 64, 64, tile_fraction=0.5) == 0.5 * flops.attention_flops(100, 100, 64, 64)
 
 
 def test_matmul_intensities_limits():
     """For N >> d, Q K^T approaches 2 d / elem FLOP/byte, softmax stays at 5 / (2 elem): memory bound."""
     d, elem = 64, 2
-    small = cost.matmul_intensities(128, 128, d, d, elem)
-    big = cost.matmul_intensities(1 << 20, 1 << 20, d, d, elem)
+    small = flops.matmul_intensities(128, 128, d, d, elem)
+    big = flops.matmul_intensities(1 << 20, 1 << 20, d, d, elem)
     assert small["QK^T"] < big["QK^T"] < 2 * d / elem
     assert big["QK^T"] == pytest.approx(2 * d / elem, rel=1e-3)
     assert big["PV"] == pytest.approx(2 * d / elem, rel=1e-3)
-    assert small["softmax"] == big["softmax"] == cost.SOFTMAX_FLOPS_PER_ELEMENT / (2 * elem)
+    assert small["softmax"] == big["softmax"] == flops.SOFTMAX_FLOPS_PER_ELEMENT / (2 * elem)
 
 
 def test_standard_extra_bytes_is_one_score_matrix():
     s = np.empty((2, 3, 50, 70), dtype=np.float32)
-    assert cost.standard_attention_extra_bytes(50, 70, batch=2, heads=3, elem=4) == s.nbytes
+    assert traffic.standard_attention_extra_bytes(50, 70, batch=2, heads=3, elem=4) == s.nbytes

@@ -1,4 +1,4 @@
-"""flashlab.cost's MLA closed forms against the ledger flashlab.mla measures on real arrays.
+"""flashlab.ledgers' MLA closed forms against the ledger flashlab.mla measures on real arrays.
 
 The ledger counts bytes with ``nbytes`` of the arrays each step really read and wrote, FLOPs
 from the arrays' shapes and the band the kernel applies; the closed forms must give the same
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashlab import cost, mla
+from flashlab import ledgers, mla
 from flashlab.dataflows import COST_FIELDS, DATAFLOWS, total
 from flashlab.masks import allowed, band_from
 
@@ -44,8 +44,8 @@ def test_closed_forms_equal_the_ledger(size, dataflow, causal, dtype):
     elem = np.dtype(dtype).itemsize
     ledger_f, ledger_b = run(size, dataflow, causal, dtype)
     kw = dict(dataflow=dataflow, causal=causal, elem=elem, seq_k=Sk)
-    closed_f = cost.mla_forward_steps(B, H, Sq, dn, dr, dv, **kw)
-    closed_b = cost.mla_backward_steps(B, H, Sq, dn, dr, dv, block_q=16, **kw)
+    closed_f = ledgers.mla_forward_steps(B, H, Sq, dn, dr, dv, **kw)
+    closed_b = ledgers.mla_backward_steps(B, H, Sq, dn, dr, dv, block_q=16, **kw)
     assert [as_tuple(s) for s in ledger_f] == [as_tuple(c) for c in closed_f]
     assert [as_tuple(s) for s in ledger_b] == [as_tuple(c) for c in closed_b]
     for ledger, closed in ((ledger_f, closed_f), (ledger_b, closed_b)):
@@ -56,7 +56,7 @@ def test_the_shapes_exercise_every_workspace_case():
     """RECT and split RoPE always need dk_rope partials (H > 1); B*H < 4 adds dK/dV partials to
     every flow."""
     def kernel_workspace(size, flow):
-        steps = cost.mla_backward_steps(*size[:3], *size[4:], dataflow=flow, seq_k=size[3],
+        steps = ledgers.mla_backward_steps(*size[:3], *size[4:], dataflow=flow, seq_k=size[3],
                                         block_q=16, elem=4)
         return next(s for s in steps if s.name == "flash attention backward").workspace
 
@@ -72,7 +72,7 @@ def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
     expand, concat, split and head sum; its kernel reads the one shared k_rope head like RECT's
     and does the baseline's FLOPs (V padded to D), its backward a tiny bit fewer (no head sum)."""
     args = (2, 16, 1024, 128, 64, 128)
-    for fn in (cost.mla_forward_steps, cost.mla_backward_steps):
+    for fn in (ledgers.mla_forward_steps, ledgers.mla_backward_steps):
         flows = {f: {s.name: s for s in fn(*args, dataflow=f, causal=True)} for f in DATAFLOWS}
         kernel = next(n for n in flows["rect"])
         pad_slice = {n for n in flows["baseline"] if n.startswith(("pad", "slice"))}
@@ -84,7 +84,7 @@ def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
         split, base = flows["split_rope"][kernel], flows["baseline"][kernel]
         assert split.flops == base.flops
         assert split.bytes_read < base.bytes_read
-    s = {f: total(cost.mla_forward_steps(*args, dataflow=f, causal=True))
+    s = {f: total(ledgers.mla_forward_steps(*args, dataflow=f, causal=True))
          for f in DATAFLOWS}
     # Q, K rows: D = 192 read either way; K_rope: one head instead of H (and no concat)
     assert s["baseline"].flops == s["split_rope"].flops > s["rect"].flops
@@ -95,15 +95,15 @@ def test_split_rope_is_the_baselines_pad_and_slice_around_rects_kernel():
 def test_attended_pairs_count_the_mask(sq, sk):
     for causal in (False, True):
         left, right = band_from(causal)
-        assert cost.attended_pairs(sq, sk, causal) == int(allowed(sq, sk, left, right).sum())
+        assert ledgers.attended_pairs(sq, sk, causal) == int(allowed(sq, sk, left, right).sum())
 
 
 def test_savings_for_deepseek_dims():
     """Padding V 128 -> 192 makes PV 1.5x; the forward's matmuls 2(192 + 192) / 2(192 + 128)
     = 1.2x and the backward's (3*192 + 2*192) / (3*192 + 2*128) = 960/832; splitting RoPE
     saves no matmul FLOPs (only the tiny head sum) but bytes and memory."""
-    s = cost.mla_savings(2, 16, 1024, 128, 64, 128, causal=True)
-    native, split, both = (s[k] for k in cost.MLA_IDEAS)
+    s = ledgers.mla_savings(2, 16, 1024, 128, 64, 128, causal=True)
+    native, split, both = (s[k] for k in ledgers.MLA_IDEAS)
     assert native["PV FLOPs"] == 1.5 and split["PV FLOPs"] == 1.0
     assert native["forward FLOPs"] == pytest.approx(384 / 320, rel=1e-12)
     # (both dataflows also do the small head sum of dk_rope)
@@ -128,21 +128,21 @@ def test_savings_equal_the_ratios_of_measured_ledgers():
                         "forward memory": f.allocated + f.workspace,
                         "backward memory": b.allocated + b.workspace,
                         "PV FLOPs": f.matmuls["O = PV"]}
-    s = cost.mla_savings(1, 4, 16, 128, 64, 128, causal=True, elem=4, block_q=16)
-    for idea, (before, after) in cost.MLA_IDEAS.items():
+    s = ledgers.mla_savings(1, 4, 16, 128, 64, 128, causal=True, elem=4, block_q=16)
+    for idea, (before, after) in ledgers.MLA_IDEAS.items():
         for q, factor in s[idea].items():
             assert factor == pytest.approx(totals[before][q] / totals[after][q], rel=1e-12), (idea, q)
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 16, dataflow="fused"), ValueError,
+    (lambda: ledgers.mla_forward_steps(1, 2, 8, 16, 8, 16, dataflow="fused"), ValueError,
      "dataflow must be one of"),
-    (lambda: cost.mla_forward_steps(1, 2, 8.0, 16, 8, 16), TypeError, "seq must be an int"),
-    (lambda: cost.mla_backward_steps(1, 0, 8, 16, 8, 16), ValueError, "heads must be >= 1"),
-    (lambda: cost.mla_forward_steps(1, 2, 8, 16, 8, 32, dataflow="baseline"), ValueError, "d_v must be <="),
-    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 32, dataflow="split_rope"), ValueError,
+    (lambda: ledgers.mla_forward_steps(1, 2, 8.0, 16, 8, 16), TypeError, "seq must be an int"),
+    (lambda: ledgers.mla_backward_steps(1, 0, 8, 16, 8, 16), ValueError, "heads must be >= 1"),
+    (lambda: ledgers.mla_forward_steps(1, 2, 8, 16, 8, 32, dataflow="baseline"), ValueError, "d_v must be <="),
+    (lambda: ledgers.mla_backward_steps(1, 2, 8, 16, 8, 32, dataflow="split_rope"), ValueError,
      "d_v must be <="),
-    (lambda: cost.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), ValueError, "block_q must be >= 1"),
+    (lambda: ledgers.mla_backward_steps(1, 2, 8, 16, 8, 16, block_q=0), ValueError, "block_q must be >= 1"),
 ])
 def test_bad_sizes_raise(call, error, match):
     """TypeError for a wrong type, ValueError for a wrong value (flashlab.arguments.as_int)."""

@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from flashlab.pipeline.hardware import ASCEND_910B_AI_CORE  # noqa: E402
+from flashlab.pipeline.profiles import ASCEND_910B_AI_CORE  # noqa: E402
 from flashlab.pipeline.schedule import simulate_fa  # noqa: E402
 from flashlab.pipeline.simulate import simulate, two_stage_graph  # noqa: E402
 from flashlab.viz.gantt import (  # noqa: E402

@@ -112,7 +112,7 @@ def _python(code: str, **env) -> str:
 
 
 def test_import_flashlab_never_imports_numba_cuda():
-    code = ("import sys, flashlab, flashlab.gpu, flashlab.gpu.traffic, flashlab.cost\n"
+    code = ("import sys, flashlab, flashlab.gpu, flashlab.gpu.traffic, flashlab.traffic\n"
             "print('numba.cuda' in sys.modules, 'flashlab.gpu.forward' in sys.modules)")
     assert _python(code) == "False False"
 

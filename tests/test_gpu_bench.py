@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from flashlab.cost import attended_pairs, attention_flops, tiled_attention_traffic, traffic
+from flashlab.flops import attention_flops
 from flashlab.gpu.bench import (
     bench_document,
     device_peaks,
@@ -19,6 +19,8 @@ from flashlab.gpu.bench import (
     roofline,
     write_json,
 )
+from flashlab.ledgers import attended_pairs
+from flashlab.traffic import tiled_attention_traffic, traffic
 
 
 def test_refuses_without_a_gpu(tmp_path):
@@ -54,7 +56,7 @@ def test_device_peaks_from_attributes():
 
 def test_record_json_and_report(tmp_path):
     p = peaks()
-    traffic = sum(tiled_attention_traffic(1024, 1024, 64, 64, block_q=64, block_k=32, heads=8))
+    traffic = tiled_attention_traffic(1024, 1024, 64, 64, block_q=64, block_k=32, heads=8).total
     rec = make_record("flashlab twin fused", n=1024, d_qk=64, d_v=64, causal=False, batch=1, heads=8,
                       times=[3e-3, 1e-3, 2e-3], traffic_bytes=traffic, peaks=p, block=(64, 32))
     assert rec["seconds"] == 2e-3
@@ -107,7 +109,7 @@ def test_roofline_picks_the_roof_that_binds():
 
 
 def torch_case(impl, dt, seconds, n=4096, d=64, causal=False, p=None):
-    """An injected torch record, bytes from cost.traffic for its dataflow (as run_torch does)."""
+    """An injected torch record, bytes from traffic.traffic for its dataflow (as run_torch does)."""
     p = p or peaks()
     e = 2 if dt != "fp32" else 4
     kw = dict(seq_q=n, d_qk=d, d_v=d, heads=8, elem=e, causal=causal)

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from flashlab.cost import tiled_attention_traffic
 from flashlab.exercises.gpu import _HINTS, READ_CASES, check_forward_read_bytes, check_shared_memory_bytes
+from flashlab.traffic import tiled_attention_traffic
 
 
 def right(sq, sk, dqk, dv, bq, bk, causal):
-    return tiled_attention_traffic(sq, sk, dqk, dv, block_q=bq, block_k=bk, causal=causal)[0]
+    return tiled_attention_traffic(sq, sk, dqk, dv, block_q=bq, block_k=bk, causal=causal).read
 
 
 def ceil(a, b):

@@ -1,8 +1,8 @@
-"""Counted global-memory traffic of the CUDA twin equals flashlab.cost's closed forms, to the byte.
+"""Counted global-memory traffic of the CUDA twin equals flashlab.traffic's closed forms, to the byte.
 
 The instrumented build of each kernel (count_traffic=True) adds every byte a thread loads
 from or stores to global memory into a counter; the closed forms
-(flashlab.cost.tiled_attention_traffic / standard_attention_traffic) are written from the
+(flashlab.traffic.tiled_attention_traffic / standard_attention_traffic) are written from the
 tiling alone, without the kernels' skip function (checked against it separately below).
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from conftest import make_qkv
 
-from flashlab.cost import gpu_keys_visited, standard_attention_traffic, tiled_attention_traffic
-from flashlab.gpu import Traffic, flash_attention_backward_gpu, flash_attention_gpu, standard_attention_gpu
+from flashlab.gpu import flash_attention_backward_gpu, flash_attention_gpu, standard_attention_gpu
 from flashlab.gpu.standard import STANDARD_TILE
 from flashlab.gpu.target import cuda as _select_target
 from flashlab.masks import band_from, clamp_band, kv_block_range
+from flashlab.traffic import Traffic, gpu_keys_visited, standard_attention_traffic, tiled_attention_traffic
 
 cuda = _select_target()   # the planted kernel below names `cuda` as a module global (the simulator swaps it)
 
@@ -46,7 +46,7 @@ def run_forward(shape, count=True):
 def test_forward_count_equals_closed_form(name):
     x, (o, lse, traffic) = run_forward(SHAPES[name])
     assert isinstance(traffic, Traffic)
-    assert (traffic.read_bytes, traffic.write_bytes) == closed_form(SHAPES[name])
+    assert traffic == closed_form(SHAPES[name])
     # the counting build computes the same numbers as the plain one
     _, (o2, lse2) = run_forward(SHAPES[name], count=False)
     np.testing.assert_array_equal(o, o2)
@@ -59,7 +59,7 @@ def test_backward_count_equals_closed_form(name):
     x, (o, lse, _) = run_forward(SHAPES[name])
     *_, traffic = flash_attention_backward_gpu(o, **x, o=o, lse=lse, causal=causal, block_q=bq,
                                                block_k=bk, count_traffic=True)
-    assert (traffic.read_bytes, traffic.write_bytes) == closed_form(SHAPES[name], backward=True)
+    assert traffic == closed_form(SHAPES[name], backward=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -67,7 +67,7 @@ def test_standard_count_equals_closed_form(causal):
     B, H, Hkv, Sq, Sk, Dqk, Dv = 1, 2, 1, 37, 21, 8, 4
     x = make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv, seed=5)
     _, traffic = standard_attention_gpu(**x, causal=causal, count_traffic=True)
-    assert (traffic.read_bytes, traffic.write_bytes) == standard_attention_traffic(
+    assert traffic == standard_attention_traffic(
         Sq, Sk, Dqk, Dv, tile=STANDARD_TILE, batch=B, heads=H)
 
 
@@ -77,8 +77,8 @@ def test_causal_skip_reads_fewer_kv_bytes():
     _, (*_, full) = run_forward(shape[:7] + (False,) + shape[8:])
     # 4 q-blocks of 16: causal visits 1+2+3+4 = 10 of the 16 kv tiles
     kv_tile = 16 * (4 + 4) * 4
-    assert full.read_bytes - causal.read_bytes == 6 * kv_tile
-    assert full.write_bytes == causal.write_bytes
+    assert full.read - causal.read == 6 * kv_tile
+    assert full.written == causal.written
 
 
 def test_keys_visited_is_the_kernels_skip_rule():
@@ -103,11 +103,11 @@ def test_closed_forms_reject_bad_sizes():
 def test_fused_traffic_falls_with_the_tile_as_theorem_2_says():
     # K and V are re-read once per q-block: doubling block_q halves that term (N = 4096, d = 64)
     n, d = 4096, 64
-    reads = [tiled_attention_traffic(n, n, d, d, block_q=b, block_k=b)[0] for b in (32, 64, 128)]
+    reads = [tiled_attention_traffic(n, n, d, d, block_q=b, block_k=b).read for b in (32, 64, 128)]
     kv = [r - 4 * n * d for r in reads]
     assert kv[0] == 2 * kv[1] == 4 * kv[2]
-    std = sum(standard_attention_traffic(n, n, d, d, tile=32))
-    assert std > 5 * sum(tiled_attention_traffic(n, n, d, d, block_q=128, block_k=128))
+    std = standard_attention_traffic(n, n, d, d, tile=32).total
+    assert std > 5 * tiled_attention_traffic(n, n, d, d, block_q=128, block_k=128).total
 
 
 @pytest.mark.parametrize("sq, sk, bq, bk", [(33, 7, 8, 4), (7, 33, 4, 8), (40, 40, 16, 8)])
@@ -134,8 +134,8 @@ def simulator_only():
 
 
 def gpu_dataflow(shape, dataflow, backward=False):
-    """cost.traffic's "gpu:*" dataflow for a SHAPES entry, as (read, write) ints."""
-    from flashlab.cost import backward_traffic, traffic
+    """traffic.traffic's "gpu:*" dataflow for a SHAPES entry, as (read, write) ints."""
+    from flashlab.traffic import backward_traffic, traffic
     B, H, Hkv, Sq, Sk, Dqk, Dv, causal, bq, bk = shape
     fn = backward_traffic if backward else traffic
     extra = dict(kv_heads=Hkv) if backward else {}
@@ -154,7 +154,7 @@ def test_every_request_counted_equals_the_kernels_count_and_the_closed_form(name
     with record_requests() as log:
         o, lse, own = flash_attention_gpu(**x, causal=causal, block_q=bq, block_k=bk, count_traffic=True)
     assert log.launches == ["flash_forward_gpu"]
-    assert (own.read_bytes, own.write_bytes) == gpu_dataflow(shape, "gpu:fused")
+    assert (own.read, own.written) == gpu_dataflow(shape, "gpu:fused")
     assert log.traffic() == own
     # per argument: O and the LSE stored once each, nothing loaded from them
     args = log.by_argument()
@@ -165,7 +165,7 @@ def test_every_request_counted_equals_the_kernels_count_and_the_closed_form(name
         *_, own_b = flash_attention_backward_gpu(o, **x, o=o, lse=lse, causal=causal, block_q=bq,
                                                  block_k=bk, count_traffic=True)
     assert log.launches == ["backward_dot_gpu", "flash_backward_gpu"]
-    assert (own_b.read_bytes, own_b.write_bytes) == gpu_dataflow(shape, "gpu:fused", backward=True)
+    assert (own_b.read, own_b.written) == gpu_dataflow(shape, "gpu:fused", backward=True)
     assert log.traffic() == own_b
     arrays = {(a.kernel, a.name): a for a in log.arrays}
     dq, dk, dv = (arrays["flash_backward_gpu", n] for n in ("dq", "dk", "dv"))
@@ -177,8 +177,8 @@ def test_every_request_counted_equals_the_kernels_count_and_the_closed_form(name
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_every_request_of_the_standard_kernels(causal):
-    from flashlab.cost import traffic
     from flashlab.gpu.traffic import record_requests
+    from flashlab.traffic import traffic
     simulator_only()
     B, H, Hkv, Sq, Sk, Dqk, Dv = 1, 2, 1, 37, 21, 8, 4
     x = make_qkv(B, H, Hkv, Sq, Sk, Dqk, Dv, seed=5)
@@ -198,9 +198,10 @@ def test_every_request_of_the_standard_kernels(causal):
 
 def test_distinct_bytes_are_the_compulsory_traffic():
     # an ideal cache fetches each element once: Q, K, V read once, O, LSE written once, which is
-    # cost.traffic("fused", kv_hit=1), the DRAM bytes of the L2 note
-    from flashlab.cost import KV_RESIDENT, traffic
+    # traffic.traffic("fused", kv_hit=1), the DRAM bytes of the L2 note
     from flashlab.gpu.traffic import record_requests
+    from flashlab.tiling import KV_RESIDENT
+    from flashlab.traffic import traffic
     simulator_only()
     B, H, Sq, Sk, D = 1, 2, 24, 20, 8
     x = make_qkv(B, H, H, Sq, Sk, D, D, seed=5)
@@ -210,7 +211,7 @@ def test_distinct_bytes_are_the_compulsory_traffic():
         dram = traffic("fused", seq_q=Sq, seq_k=Sk, d_qk=D, d_v=D, batch=B, heads=H, elem=4,
                        lse_elem=4, kv_hit=KV_RESIDENT, causal=causal)
         assert log.distinct_traffic() == Traffic(int(dram.read), int(dram.written))
-        assert own.read_bytes > dram.read                    # the re-reads L2 may serve
+        assert own.read > dram.read                    # the re-reads L2 may serve
 
 
 def planted_forward(block: int, d: int, planted: bool):
@@ -270,8 +271,8 @@ def planted_forward(block: int, d: int, planted: bool):
 
 @pytest.mark.parametrize("planted", [False, True])
 def test_a_planted_read_of_k_in_the_inner_loop_is_caught(planted):
-    from flashlab.cost import traffic
     from flashlab.gpu.traffic import record_requests
+    from flashlab.traffic import traffic
     simulator_only()
     S, block, d = 8, 4, 4
     rng = np.random.default_rng(1)
@@ -290,7 +291,7 @@ def test_a_planted_read_of_k_in_the_inner_loop_is_caught(planted):
     s = q @ k.T
     p = np.exp(s - s.max(axis=1, keepdims=True))
     np.testing.assert_allclose(o.copy_to_host(), p @ v / p.sum(axis=1, keepdims=True), rtol=1e-5)
-    k_reads = log.by_argument()["k"].read_bytes
+    k_reads = log.by_argument()["k"].read
     staged = 4 * (S // block) * S * d                  # each query block stages all of K once
     if planted:
         # every thread reads all of K in its score loop: S rows x S keys x d, on top of staging

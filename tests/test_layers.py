@@ -8,11 +8,13 @@ The package is a DAG of tiers (the picture is in the README of the design, two c
 by the model and teaching layers):
 
 - ``base``: pure-Python helpers every module may use (argument checks, tile arithmetic, the
-  operator names);
+  operator names) and, above them, the closed-form cost models: the MLA step ledgers, the
+  traffic model (with the one ``Traffic`` type the CUDA twin's counters also return) and the
+  FLOP counts;
 - two columns side by side, neither importing the other: ``attention`` (masks, validation,
   reference, the Numba kernels and, on their floor, the CUDA twin ``gpu/``, the API and its
   front doors) and ``hardware`` (the pure-Python AI Core model, no Numba);
-- ``model``: the cost, MLA and RECT-FA models, which join the two columns;
+- ``model``: the MLA and RECT-FA models, which join the two columns;
 - ``teaching``: drawings, walks, explorers, exercise checkers and the benchmark.
 
 Within a tier (and within a column) the layers are listed bottom first; a module may import
@@ -41,6 +43,11 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "base": {"base": [
         ("flashlab._lazy", "flashlab.data", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows",
          "flashlab.memory", "flashlab.viz.code"),
+        # the closed-form cost models, one idea each: step ledgers, traffic (the Traffic type
+        # lives here, below the CUDA twin that returns it), FLOP counts and intensities
+        ("flashlab.ledgers",),
+        ("flashlab.traffic",),
+        ("flashlab.flops",),
     ]},
     "stacks": {
         "attention": [
@@ -60,7 +67,6 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
             ("flashlab.pipeline.roofline",),
             ("flashlab.pipeline.profiles",),
             ("flashlab.pipeline.calibrated",),
-            ("flashlab.pipeline.hardware",),
             ("flashlab.pipeline.simulate",),
             ("flashlab.pipeline.buffers", "flashlab.pipeline.program", "flashlab.pipeline.durations"),
             ("flashlab.pipeline.graph_builder",),
@@ -71,7 +77,7 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
         ],
     },
     "model": {"model": [
-        ("flashlab.cost", "flashlab.mla"),
+        ("flashlab.mla",),
         ("flashlab.rect", "flashlab.vendor"),
     ]},
     "teaching": {"teaching": [
@@ -264,7 +270,9 @@ def test_the_rules_catch_a_crossing_and_an_upward_edge():
     assert not may_import("flashlab.pipeline.schedule", "flashlab.validation")
     assert not may_import("flashlab.masks", "flashlab.pipeline.params")
     assert not may_import("flashlab.kernels.forward", "flashlab.api")
-    assert not may_import("flashlab.pipeline.params", "flashlab.cost")
+    assert not may_import("flashlab.pipeline.params", "flashlab.mla")
+    assert not may_import("flashlab.ledgers", "flashlab.traffic")
+    assert may_import("flashlab.gpu.traffic", "flashlab.traffic")
     assert may_import("flashlab.rect", "flashlab.pipeline.schedule")
     assert may_import("flashlab.mla", "flashlab.api")
     assert may_import("flashlab.replay", "flashlab.kernels.tile")
@@ -296,10 +304,10 @@ def test_the_package_face_imports_its_names_on_first_use():
     import flashlab
 
     code = ("import sys, flashlab; f = flashlab.flash_attention; "
-            "print(f.__module__, 'numba' in sys.modules, flashlab.cost.__name__)")
+            "print(f.__module__, 'numba' in sys.modules, flashlab.flops.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          check=True)
-    assert out.stdout.split() == ["flashlab.api", "True", "flashlab.cost"]
+    assert out.stdout.split() == ["flashlab.api", "True", "flashlab.flops"]
     assert flashlab.__all__ == [name for names in flashlab._EXPORTS.values() for name in names]
     with pytest.raises(AttributeError, match="no_such_name"):
         flashlab.no_such_name  # noqa: B018

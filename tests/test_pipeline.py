@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from flashlab.pipeline import hardware as hw
+from flashlab.pipeline import params, profiles, roofline
 from flashlab.pipeline.buffers import STRATEGIES, FAShape, buffer_needs, l0c_slots, resolve_buffers
 from flashlab.pipeline.program import cube_order
 from flashlab.pipeline.schedule import build_fa_graph, simulate_fa
 from flashlab.pipeline.simulate import SimResult, TaskGraph, simulate, two_stage_graph
 from flashlab.pipeline.timing import bench_simulator
 
-ASCEND = hw.ASCEND_910B_AI_CORE
+ASCEND = profiles.ASCEND_910B_AI_CORE
 CORE = ASCEND.core
 #: the MLA shapes of the article: Q/K head dim 192 (128 nope + 64 rope), V head dim 128
 MLA = dict(d_qk=192, d_v=128)
@@ -165,7 +165,7 @@ def _check_schedule(r: SimResult) -> None:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("profile", [ASCEND, hw.A100_SM, hw.H100_SM], ids=["910b", "a100", "h100"])
+@pytest.mark.parametrize("profile", [ASCEND, profiles.A100_SM, profiles.H100_SM], ids=["910b", "a100", "h100"])
 def test_fa_schedules_obey_the_rules(strategy, profile):
     n_buffers = 3 if strategy == "n_buffers" else None
     block_k = 128 if profile is ASCEND else 64
@@ -178,7 +178,7 @@ def test_fa_schedules_obey_the_rules(strategy, profile):
 
 def test_ping_pong_never_slower_randomized():
     rng = random.Random(2025)
-    profiles = [ASCEND, hw.A100_SM, hw.H100_SM]
+    chips = [ASCEND, profiles.A100_SM, profiles.H100_SM]
     checked = 0
     for _ in range(40):
         d_qk = rng.choice([64, 128, 192])
@@ -188,11 +188,11 @@ def test_ping_pong_never_slower_randomized():
         opts = dict(pad_v=rng.random() < 0.5 and shape["d_v"] <= d_qk,
                     split_rope=rng.choice([0, d_qk // 3]), lookahead=rng.choice([0, 1]),
                     kv_source=rng.choice(["hbm", "l2"]), base_k=rng.choice([32, 64]))
-        profile = rng.choice(profiles)
+        profile = rng.choice(chips)
         # the HBM share from a quarter to 8x the profile's: MTE2-bound to compute-bound
         # (with_hbm_bandwidth moves the load and store engines with it)
         factor = 2.0 ** rng.uniform(-2, 3)
-        profile = hw.with_hbm_bandwidth(profile, factor * profile.hbm_bandwidth.value)
+        profile = roofline.with_hbm_bandwidth(profile, factor * profile.hbm_bandwidth.value)
         pp = simulate_fa(profile, "ping_pong", **shape, **opts).makespan
         for other in ("self_mte2", "iterate_all"):
             slower = simulate_fa(profile, other, **shape, **opts).makespan
@@ -317,12 +317,12 @@ def test_tiles_that_do_not_fit_raise_naming_the_buffer():
     with pytest.raises(ValueError, match=r"do not fit in UB .*per vector core"):
         build_fa_graph(ASCEND, "self_mte2", 128, 512, 64, 256, 128, 256)
     with pytest.raises(ValueError, match=r"do not fit in shared memory"):
-        build_fa_graph(hw.A100_SM, "n_buffers", 128, 512, 192, 128, 128, 128, n_buffers=3)
+        build_fa_graph(profiles.A100_SM, "n_buffers", 128, 512, 192, 128, 128, 128, n_buffers=3)
     # S and O of a 128 x 128 tile, one S in flight, and the L0 fragments: 257 KiB of registers
     with pytest.raises(ValueError, match=r"do not fit in registers .*263168 B > 262144 B"):
-        build_fa_graph(hw.A100_SM, "ping_pong", 128, 512, 192, 128, 128, 128)
+        build_fa_graph(profiles.A100_SM, "ping_pong", 128, 512, 192, 128, 128, 128)
     # the same tiles fit with fewer buffers
-    build_fa_graph(hw.A100_SM, "self_mte2", 128, 512, 192, 128, 128, 64)
+    build_fa_graph(profiles.A100_SM, "self_mte2", 128, 512, 192, 128, 128, 64)
 
 
 def test_buffer_plan():
@@ -353,7 +353,7 @@ def test_argument_validation():
     with pytest.raises(ValueError, match="kv_source"):
         build_fa_graph(ASCEND, "ping_pong", 128, 256, 192, 128, 128, 128, kv_source="ddr")
     with pytest.raises(ValueError, match="no core model"):
-        build_fa_graph(hw.ASCEND_910B, "ping_pong", 128, 256, 192, 128, 128, 128)
+        build_fa_graph(profiles.ASCEND_910B, "ping_pong", 128, 256, 192, 128, 128, 128)
     with pytest.raises(TypeError, match="HardwareProfile"):
         build_fa_graph("910b", "ping_pong", 128, 256, 192, 128, 128, 128)
 
@@ -365,8 +365,8 @@ def test_cube_order():
 
 
 def test_gpu_sm_profiles():
-    a100 = run("ping_pong", hw.A100_SM, block_k=64)
-    h100 = run("ping_pong", hw.H100_SM, block_k=64)
+    a100 = run("ping_pong", profiles.A100_SM, block_k=64)
+    h100 = run("ping_pong", profiles.H100_SM, block_k=64)
     assert a100.engines == ("cp.async", "ldmatrix", "TENSOR", "FP32", "st.global")
     assert h100.engines == ("TMA", "TENSOR", "FP32", "TMA store")   # wgmma reads shared memory
     for r in (a100, h100):
@@ -386,15 +386,15 @@ def test_ascend_core_model_numbers():
     for engine in CORE.engines():
         assert engine.latency.status == "assumption" and engine.latency.unit == "s"
     sizes = {CORE.level_of(r): ASCEND.memory(CORE.level_of(r)).capacity.value
-             for r in hw.BUFFER_ROLES}
+             for r in params.BUFFER_ROLES}
     assert sizes == {"L1": 512 * 1024, "L0A": 64 * 1024, "L0B": 64 * 1024, "L0C": 128 * 1024,
                      "UB": 192 * 1024}
     # the chip profile keeps no core model; chip figures unchanged
-    assert hw.ASCEND_910B.core is None and hw.ASCEND_910B.hbm_bandwidth.value == 1.6e12
+    assert profiles.ASCEND_910B.core is None and profiles.ASCEND_910B.hbm_bandwidth.value == 1.6e12
 
 
 def test_gpu_sm_numbers():
-    a, h = hw.A100_SM, hw.H100_SM
+    a, h = profiles.A100_SM, profiles.H100_SM
     assert a.memory("shared memory").capacity.value == 164 * 1024
     assert h.memory("shared memory").capacity.value == 228 * 1024
     assert a.peak_flops.value * 108 == pytest.approx(312e12)
@@ -407,20 +407,20 @@ def test_gpu_sm_numbers():
 
 
 def test_with_core():
-    faster = hw.with_core(ASCEND, load=1.2e12 / 24 * 2, vector_latency=0.0)
+    faster = roofline.with_core(ASCEND, load=1.2e12 / 24 * 2, vector_latency=0.0)
     assert faster.core.load.rate.value == pytest.approx(1e11)
     assert faster.core.load.rate.status == "assumption"
     assert faster.core.vector.latency.value == 0.0
     assert ASCEND.core.load.rate.value == pytest.approx(1.6e12 / 24)   # original untouched
     assert run("ping_pong", faster).makespan < run("ping_pong").makespan
     with pytest.raises(ValueError, match="unknown core parameter"):
-        hw.with_core(ASCEND, mte7=1.0)
+        roofline.with_core(ASCEND, mte7=1.0)
     with pytest.raises(ValueError, match="no l1_to_l0 engine"):
-        hw.with_core(hw.H100_SM, l1_to_l0=1e12)
+        roofline.with_core(profiles.H100_SM, l1_to_l0=1e12)
     with pytest.raises(ValueError, match="positive rate"):
-        hw.with_core(ASCEND, load=0.0)
+        roofline.with_core(ASCEND, load=0.0)
     with pytest.raises(ValueError, match="core model"):
-        hw.with_core(hw.A100_80GB, load=1e9)
+        roofline.with_core(profiles.A100_80GB, load=1e9)
 
 
 def test_core_model_validation():
@@ -444,7 +444,8 @@ def test_bench_simulator_runs():
 def test_four_l1_buffers_queue_prefetches_ahead_of_p():
     # more buffers issue K/V copies earlier; MTE2 is in order, so the copy of P_0 (on the
     # loop-carried chain through the workspace) waits behind them and the whole loop is later
-    from flashlab.pipeline import ASCEND_910B_AI_CORE, simulate_fa
+    from flashlab.pipeline import simulate_fa
+    from flashlab.pipeline.profiles import ASCEND_910B_AI_CORE
 
     runs = {nb: simulate_fa(ASCEND_910B_AI_CORE, "n_buffers", 128, 512, 192, 128, 128, 128, n_buffers=nb)
             for nb in (2, 4)}
@@ -464,9 +465,9 @@ def test_four_l1_buffers_queue_prefetches_ahead_of_p():
 # ------------------------------------------------------------------ the memory budget
 @pytest.mark.parametrize("make, size", [
     # 10**6 tiles of the Ascend loop: ~17 GB of tasks (measured: 158 s to a MemoryError before)
-    (lambda: build_fa_graph(hw.ASCEND_910B_AI_CORE, "ping_pong", 128_000, 128_000, 128, 128,
+    (lambda: build_fa_graph(profiles.ASCEND_910B_AI_CORE, "ping_pong", 128_000, 128_000, 128, 128,
                             128, 128), r"16\.8 GB \(16750000 tasks"),
-    (lambda: build_fa_graph(hw.ASCEND_910B_AI_CORE, "iterate_all", 10**9, 10**9, 64, 64, 1, 1),
+    (lambda: build_fa_graph(profiles.ASCEND_910B_AI_CORE, "iterate_all", 10**9, 10**9, 64, 64, 1, 1),
      r"GB \(\d+ tasks"),
     (lambda: simulate(TaskGraph(pools={"big": 10**9})), r"40 GB \(0 tasks, 1000000000 buffer slots"),
     (lambda: two_stage_graph(1.0, 1.0, 10**9, 2), r"2e\+03 GB \(2000000000 tasks"),
@@ -494,7 +495,7 @@ def test_memory_budget_estimate_and_setting(monkeypatch):
     # the module (flashlab.pipeline's own ``simulate`` attribute is the function)
     sim = importlib.import_module("flashlab.pipeline.simulate")
 
-    args = (hw.ASCEND_910B_AI_CORE, "n_buffers", 128 * 80, 128 * 60, 128, 128, 128, 128)
+    args = (profiles.ASCEND_910B_AI_CORE, "n_buffers", 128 * 80, 128 * 60, 128, 128, 128, 128)
     g = build_fa_graph(*args, n_buffers=3)
     simulate(g)
     monkeypatch.setattr(sim, "MEMORY_BUDGET", 10**6)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from flashlab import cost, rect
+from flashlab import ledgers, rect
 from flashlab.dataflows import DATAFLOWS, IDEAS, Step
 from flashlab.pipeline import calibrated
 
@@ -47,7 +47,7 @@ def test_kv_blocks_follow_the_causal_band():
     p = ODD
     covered = sum(min(p.block_q, p.seq - i * p.block_q) * min(n * p.block_k, p.seq)
                   for i, n in enumerate(p.kv_blocks()))
-    assert covered >= cost.attended_pairs(p.seq, p.seq, causal=True)
+    assert covered >= ledgers.attended_pairs(p.seq, p.seq, causal=True)
 
 
 def test_kernel_options_per_idea():
@@ -66,7 +66,7 @@ def test_separate_steps_each_idea_removes_its_operators():
     assert names(ALL) == [] and names(ALL, True) == []
     assert names((), True) == ["pad dO", "split dQ", "split dK", "sum dk_rope over heads", "slice dV"]
     # the bytes are the cost model's
-    base = cost.mla_forward_steps(1, 4, 1024, 128, 64, 128, dataflow="baseline", causal=True)
+    base = ledgers.mla_forward_steps(1, 4, 1024, 128, 64, 128, dataflow="baseline", causal=True)
     pad = next(s for s in base if s.name == "pad V")
     assert rect.separate_steps(SMALL, {"split_rope"})[0] == pad
 
@@ -78,7 +78,7 @@ def test_separate_steps_are_the_dataflows_own(ideas):
     flow = rect.dataflow_of(ideas)
     assert flow in DATAFLOWS
     args, kw = SMALL.cost_args()
-    for backward, fn in ((False, cost.mla_forward_steps), (True, cost.mla_backward_steps)):
+    for backward, fn in ((False, ledgers.mla_forward_steps), (True, ledgers.mla_backward_steps)):
         own = [s for s in fn(*args, dataflow=flow, **kw) if not s.name.startswith("flash attention")]
         assert rect.separate_steps(SMALL, ideas, backward=backward) == own, (flow, backward)
 

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from flashlab import cost  # noqa: E402
+from flashlab import flops  # noqa: E402
 from flashlab.viz.backward import BACKWARD_STEPS, FORWARD_STEPS, MATMUL, VECTOR, draw_tile_steps, matmul_flops_per_tile  # noqa: E402
 
 
@@ -29,11 +29,11 @@ def test_backward_needs_d_before_the_loop_and_recomputes_p_from_the_lse():
 
 @pytest.mark.parametrize("dqk, dv", [(64, 64), (192, 128), (1, 7)])
 def test_forward_flops_match_the_cost_model(dqk, dv):
-    """Summed over a whole Sq x Sk grid of tiles, the forward's products are cost.attention_flops."""
+    """Summed over a whole Sq x Sk grid of tiles, the forward's products are flops.attention_flops."""
     sq, sk, br, bc = 256, 128, 64, 32
     tiles = (sq // br) * (sk // bc)
     assert tiles * matmul_flops_per_tile(FORWARD_STEPS, br, bc, dqk, dv) == \
-        cost.attention_flops(sq, sk, dqk, dv)
+        flops.attention_flops(sq, sk, dqk, dv)
 
 
 def test_backward_over_forward_flops():

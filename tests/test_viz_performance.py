@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from flashlab.viz.performance import IMPL_COLORS, RooflinePoint, plot_roofline_fraction, plot_round_ratios, plot_scaling  # noqa: E402
+from flashlab.pipeline.roofline import RooflinePoint  # noqa: E402
+from flashlab.viz.performance import IMPL_COLORS, plot_roofline_fraction, plot_round_ratios, plot_scaling  # noqa: E402
 from flashlab.viz.style import new_figure  # noqa: E402
 
 
@@ -33,12 +34,12 @@ def test_roof_is_min_of_one_and_intensity_over_ridge():
 
 
 def test_points_are_placed_where_measured_and_filled_only_when_committed():
-    pts = [RooflinePoint("live", 30.0, 0.7, False, IMPL_COLORS["flashlab"], "o"),
-           RooflinePoint("committed", 120.0, 1.4, True, IMPL_COLORS["torch_sdpa"], "^")]
+    pts = [(RooflinePoint("live", 30.0, fraction=0.7, committed=False), IMPL_COLORS["flashlab"], "o"),
+           (RooflinePoint("committed", 120.0, fraction=1.4, committed=True), IMPL_COLORS["torch_sdpa"], "^")]
     fig = plot_roofline_fraction({"r": 6.0}, pts, operations={"softmax": 0.625})
     ax = fig.axes[0]
     by_label = {line.get_label(): line for line in ax.get_lines()}
-    for p in pts:
+    for p, _, _ in pts:
         line = by_label[p.label]
         assert (line.get_xdata()[0], line.get_ydata()[0]) == (p.intensity, p.fraction)
     assert by_label["live"].get_markerfacecolor() == "white"
@@ -57,8 +58,10 @@ def test_points_are_placed_where_measured_and_filled_only_when_committed():
     (5.0, (), "ridges"),
     ({"r": 0.01}, (), "ridge 'r'"),
     ({"r": float("nan")}, (), "ridge 'r'"),
-    ({"r": 5.0}, (RooflinePoint("p", 1e5, 0.5, True),), "point 'p'"),
-    ({"r": 5.0}, (RooflinePoint("p", 10.0, 0.0, True),), "point 'p'"),
+    ({"r": 5.0}, ((RooflinePoint("p", 1e5, fraction=0.5, committed=True), "k", "o"),), "point 'p'"),
+    ({"r": 5.0}, ((RooflinePoint("p", 10.0, fraction=0.0, committed=True), "k", "o"),), "point 'p'"),
+    # a modelled point (no measured fraction) has no place on a measured roofline
+    ({"r": 5.0}, ((RooflinePoint("p", 10.0), "k", "o"),), "point 'p'"),
 ])
 def test_roofline_rejects_bad_input(ridges, points, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -69,7 +72,21 @@ def test_roofline_rejects_bad_input(ridges, points, match):
 def test_roofline_rejects_points_of_another_type():
     with pytest.raises(TypeError, match="RooflinePoint"):
         plot_roofline_fraction({"r": 5.0}, [("p", 10.0, 0.5, True)])
+    with pytest.raises(TypeError, match="RooflinePoint"):
+        plot_roofline_fraction({"r": 5.0}, [RooflinePoint("p", 10.0, fraction=0.5)])
     plt.close("all")
+
+
+def test_one_roofline_point_serves_the_model_and_the_drawing():
+    """The chip-roofline points of flashlab.rect are the same type the drawing takes."""
+    from flashlab import rect
+    from flashlab.pipeline.profiles import ASCEND_910B
+
+    (p,) = rect.kernel_roofline_by_hit(ASCEND_910B, hits=(0.0,))
+    assert isinstance(p, RooflinePoint) and p.label == "kv_hit=0"
+    assert p.bytes_moved == pytest.approx(p.flops / p.intensity) and p.bound == "memory"
+    with pytest.raises(ValueError, match="no ridge"):
+        RooflinePoint("p", 1.0).bound  # noqa: B018
 
 
 def _row(impl, n, seconds, d_qk=128, direction="forward"):

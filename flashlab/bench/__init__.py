@@ -29,8 +29,8 @@ What is measured for each case
       resolves (:func:`time_paired`, ``flashlab.bench.paired``).
     * **GFLOP/s**: the matmul FLOPs of the case over its time, the same count for every
       implementation of a case, so GFLOP/s ratios are time ratios:
-      :func:`flashlab.cost.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and
-      :func:`flashlab.cost.attention_backward_flops` (``2 N^2 (3 Dqk + 2 Dv)``), scaled for
+      :func:`flashlab.flops.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and
+      :func:`flashlab.flops.attention_backward_flops` (``2 N^2 (3 Dqk + 2 Dv)``), scaled for
       ``causal`` by the fraction of the scores flashlab computes (:func:`tile_fraction`, ~1/2).
     * **fraction of the matmul peak**: GFLOP/s over numpy's float32 ``(n x n) @ (n x n)``
       GFLOP/s, the matmul timed after each round of the case's shape (the machine's practical

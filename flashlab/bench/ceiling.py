@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from flashlab.bench.report import _blas_lines
-from flashlab.cost import attention_backward_flops
+from flashlab.flops import attention_backward_flops
 from flashlab.kernels import blas  # noqa: F401  (pins the tile BLAS to one thread)
 from flashlab.kernels.blas import gemm_nn, gemm_nt, gemm_tn
 from flashlab.numba_cache import CACHE
@@ -73,7 +73,7 @@ def backward_ceiling(n: int = 2048, heads: int = 8, d_qk: int = 128, d_v: int = 
 
     Returns medians ``{"flashlab": s, "products": s, "torch_sdpa": s}`` under ``"seconds"``,
     the same as GFLOP/s of the backward's FLOPs
-    (:func:`flashlab.cost.attention_backward_flops`) under ``"gflops"``,
+    (:func:`flashlab.flops.attention_backward_flops`) under ``"gflops"``,
     ``"other_fraction"``: the share of the backward's time spent outside the five products,
     ``1 - products / flashlab``, ``"matmul_gflops"`` and ``"problem"``.
     """

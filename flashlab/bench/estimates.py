@@ -7,14 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from flashlab.bench.config import Case
-from flashlab.cost import (
-    attention_backward_flops,
-    attention_flops,
-    flash_backward_intensity,
-    mla_backward_steps,
-    mla_forward_steps,
-    operation_intensities,
-)
+from flashlab.flops import attention_backward_flops, attention_flops, flash_backward_intensity, operation_intensities
+from flashlab.ledgers import mla_backward_steps, mla_forward_steps
 
 __all__ = ["tile_fraction", "case_flops", "torch_uses_math_path", "torch_flash_block_q",
            "model_intensity", "estimated_bytes", "mla_model_peak"]
@@ -48,8 +42,8 @@ def case_flops(case: Case) -> float:
 
 def torch_uses_math_path(d_qk: int, d_v: int) -> bool:
     """Whether torch's CPU SDPA falls back to its math path (an ``N x N`` matrix per head):
-    its flash kernel needs equal QK and V head dims (measured with torch 2.13: 192/128 falls
-    back). Used only to estimate memory."""
+    its flash kernel needs equal QK and V head dims (192/128 falls back). Used only to
+    estimate memory."""
     return d_qk != d_v
 
 
@@ -61,7 +55,7 @@ def torch_flash_block_q(n: int) -> int:
 
 
 def model_intensity(row: dict, elem: int = 4) -> float:
-    """Model arithmetic intensity (FLOP/byte, :mod:`flashlab.cost`) of one result row.
+    """Model arithmetic intensity (FLOP/byte, :mod:`flashlab.flops`) of one result row.
 
     numpy naive, and torch SDPA on its math path, are standard attention (S and P through
     main memory); flashlab and torch's flash kernel are the fused forward (K, V read once per
@@ -81,8 +75,8 @@ def estimated_bytes(case: Case) -> int:
     """Rough peak memory of ``case`` (inputs included), to skip what cannot fit.
 
     Score matrices of ``B H N^2`` float32: numpy naive holds one (plus a ``B H N^2`` bool
-    mask when causal); torch's math path ~2.5 in the forward and ~3.4 in a training step
-    (measured at N=2048 with torch 2.13); flashlab and torch's flash path O(N).
+    mask when causal); torch's math path a few more, with slack (the factors below); flashlab and
+    torch's flash path O(N).
     """
     scores = 4 * case.batch * case.heads * case.n ** 2
     # inputs q, k, v, dO and outputs of the same sizes, twice over for slack
@@ -95,7 +89,7 @@ def estimated_bytes(case: Case) -> int:
 
 
 def mla_model_peak(case: Case) -> int:
-    """Peak extra memory of an MLA case predicted by :mod:`flashlab.cost` (float32): every
+    """Peak extra memory of an MLA case predicted by :mod:`flashlab.ledgers` (float32): every
     step's output held to the end, plus the step's workspace (:func:`flashlab.mla.ledger_peak`);
     the backward's is the training step's (forward steps, then backward steps)."""
     from flashlab.mla import ledger_peak

@@ -92,7 +92,7 @@ def _load_parallel_builds(step: Callable[[], tuple]) -> None:
     """Call ``step`` once more (untimed) with the parallel build of every kernel, and load the
     parallel input scan: a tiny call runs the serial builds (:func:`flashlab.api.kernels_for`,
     :data:`flashlab.validation.SMALL_SCAN`), a full-size one the parallel builds, and a build
-    loaded from Numba's cache inside the measured call would count as its workspace (~4.5 MB)."""
+    loaded from Numba's cache inside the measured call would count as its workspace."""
     from flashlab import api
     from flashlab.input_scan import finite_and_max_sq_norm
 
@@ -151,10 +151,10 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     hits every implementation and the matmul alike, so their ratios stay meaningful.
 
     ``settle_seconds``: an untimed pause before every timed call. A call pays for what the
-    call before it left behind: right after numpy naive's N=8192 forward (GBs allocated and
-    returned to the OS), flashlab's causal forward took 0.98-1.07 s against 0.94-0.98 s
-    three seconds later (three rounds), its non-causal forward +1-3 %: about the same absolute
-    cost, so it inflates the causal/non-causal ratio (a target). The full suite pauses 1 s.
+    call before it left behind (right after numpy naive's N=8192 forward, GBs allocated and
+    returned to the OS, flashlab's next forward is slower by about the same absolute time,
+    causal or not, which inflates the causal/non-causal ratio, a target). The full suite
+    pauses 1 s.
 
     Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
     the second the matmul's; a case that raised ``MemoryError`` gets ``{"error": reason}``.

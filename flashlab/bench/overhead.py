@@ -20,7 +20,7 @@ add the same section to their report and write ``overhead.json``):
 
 Each row is ``causal=True`` float32, ``out.sum().backward()``, timed as the median of
 ``repeats`` calls after a warm-up of both steps (:data:`WARMUP_S`: a few calls are not
-enough, the first ~0.1 s of a loop of small calls runs up to 1.5x slower), with torch's SDPA
+enough, the start of a loop of small calls runs slower), with torch's SDPA
 (on the (B, H, S, D) transposes, so the same transposes are in both) timed in the same
 process, interleaved: flashlab's step then SDPA's, ``repeats`` times, so that a change of
 load on a shared machine hits both (as :func:`flashlab.bench.measure.time_interleaved` does
@@ -30,7 +30,7 @@ SDPA, first call <= 150 ms.
 
 Set ``OMP_WAIT_POLICY=PASSIVE`` (as ``examples/train_tiny.py`` does) before torch starts:
 with the default busy-wait, torch's OpenMP threads spin on the cores Numba's threads need
-(measured on the 2-core machine: 298 ms a call at (1, 16, 1, 8) against 2.2 ms with PASSIVE).
+(two orders of magnitude slower at small shapes).
 ``python -m flashlab.bench`` (``make bench``) runs this module in a fresh process with it set
 (unless already set); the row records the value it ran under.
 """
@@ -54,8 +54,8 @@ SHAPES = ((1, 16, 1, 8), (8, 128, 4, 32))
 #: seconds of untimed calls (both steps in turn) before a row is timed
 WARMUP_S = 0.5
 #: each row is timed this many times (blocks of ``repeats`` interleaved calls); the row keeps
-#: each implementation's lowest median (as ``timeit`` keeps the best of its repeats): on the
-#: shared 2-core machine a block can run 1.6x slower than the next, both implementations alike
+#: each implementation's lowest median (as ``timeit`` keeps the best of its repeats): on a
+#: shared machine one block can run much slower than the next, both implementations alike
 BLOCKS = 5
 
 _FIRST_CALL = r"""

@@ -93,7 +93,7 @@ def backward_over_forward(result: dict) -> list[dict]:
     One dict per (N, Dqk, Dv, causal, implementation) measured in both directions:
     ``forward_seconds``, ``backward_seconds``, ``ratio`` (backward / forward) and
     ``flop_ratio``, the matmul FLOPs of the backward over the forward's
-    (:func:`flashlab.cost.attention_backward_flops` / :func:`~flashlab.cost.attention_flops`:
+    (:func:`flashlab.flops.attention_backward_flops` / :func:`~flashlab.flops.attention_flops`:
     ``(3 Dqk + 2 Dv) / (Dqk + Dv)``, 2.5 at equal dims, 2.6 at 192/128; causal cases of flashlab
     also by the two directions' tile fractions, which differ with their block sizes). The
     backward is timed alone (its forward's outputs ready), so ``ratio`` near ``flop_ratio``
@@ -360,7 +360,7 @@ def _mla_lines(result: dict, cfg: BenchConfig) -> list[str]:
                   "flashlab.mla (baseline: expand, concat, pad V, attention at 192/192, slice; "
                   "native_v: no pad; split_rope: pad V, split accumulation, no concat; rect: "
                   "split accumulation at native dims), timed whole. "
-                  "GFLOP/s of the useful work (192/128). Modelled peak: flashlab.cost's ledger. "
+                  "GFLOP/s of the useful work (192/128). Modelled peak: flashlab.ledgers' ledger. "
                   "The concatenated rows time flashlab and torch SDPA on ready-made 192-dim Q, K.",
                   ""]
         lines += _mla_table(result) + [""]

@@ -88,11 +88,9 @@ def blas_info() -> dict:
     """The BLAS kernels in use: NumPy's (the matmul peak) and SciPy's (flashlab's tiles).
 
     OpenBLAS picks its kernels by CPU at load time unless ``OPENBLAS_CORETYPE`` names them.
-    It matters: on the AMD Zen 5 host of this project, whose environment sets
-    ``OPENBLAS_CORETYPE=Haswell`` (AVX2), one thread's float32 matmul ran at 129 GFLOP/s,
-    and at 248 with the variable unset (OpenBLAS then picks its AVX-512 ``SkylakeX``
-    kernels); flashlab's D=128 backward went from 1.13x to 2.08x PyTorch's (which uses MKL and
-    ignores the variable). So a report names the kernels its figures were measured with.
+    It matters (OpenBLAS's AVX-512 ``SkylakeX`` kernels against ``OPENBLAS_CORETYPE=Haswell``
+    change both the matmul peak and flashlab's speed against PyTorch, which uses MKL and
+    ignores the variable), so a report names the kernels its figures were measured with.
     """
     from threadpoolctl import threadpool_info
 
@@ -283,7 +281,7 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         "numpy matmul after each round (% matmul peak is against that matmul).",
         "numpy naive backward: not measured (flashlab's naive backward, "
         "attention_reference_backward, computes in float64); torch SDPA is the backward baseline.",
-        "GFLOP/s: matmul FLOPs of the case (flashlab.cost), the same for every implementation; "
+        "GFLOP/s: matmul FLOPs of the case (flashlab.flops), the same for every implementation; "
         "causal cases count the fraction of tiles flashlab computes.",
         "Memory: peak extra resident set of one call in a fresh process; backward rows: a "
         "training step (forward + backward) above q, k, v, dO. Workspace = peak extra minus "

@@ -35,7 +35,7 @@ def counted_read_bytes(seq_q: int, seq_k: int, d_qk: int, d_v: int, block_q: int
     v = rng.standard_normal((1, 1, seq_k, d_v)).astype(np.float32)
     *_, traffic = flash_attention_gpu(q, k, v, causal=causal, block_q=block_q, block_k=block_k,
                                       count_traffic=True)
-    return traffic.read_bytes
+    return traffic.read
 
 
 def _slips(sq, sk, dqk, dv, bq, bk, causal) -> dict[str, int]:
@@ -64,15 +64,15 @@ _HINTS = {
                          "even where the causal mask removes part of it.",
     "q_not_counted": "Q_i is read too: once per query block, so Sq x Dqk elements in all.",
     "elements_not_bytes": "you counted elements: the twin is float32, 4 bytes each.",
-    "writes_included": "you added the writes (O and the LSE): the counter's read_bytes counts "
-                       "loads only.",
+    "writes_included": "you added the writes (O and the LSE): the counter's bytes read "
+                       "count loads only.",
 }
 
 
 def check_forward_read_bytes(fn: Callable[..., int]) -> Feedback:
     """Check ``fn(seq_q, seq_k, d_qk, d_v, block_q, block_k, causal) -> int`` against the counter.
 
-    The answer for each case of :data:`READ_CASES` is the ``read_bytes`` that
+    The answer for each case of :data:`READ_CASES` is the bytes ``read`` that
     :func:`flashlab.gpu.flash_attention_gpu` counts with ``count_traffic=True`` (one batch,
     one head, float32). Named slips: K and V read once, no causal skip, only the allowed keys
     counted, Q forgotten, elements instead of bytes, writes added.

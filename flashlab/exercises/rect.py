@@ -4,8 +4,8 @@ RECT-FA end to end, performance).
 Each checker builds small seeded inputs, calls the reader's function through
 :func:`~flashlab.exercises.call_student`, computes the right answer with ``flashlab``'s
 own code (the kernel's ``score_tile``, :func:`flashlab.rope.apply_rope`, the pipeline
-simulator, :mod:`flashlab.cost`), computes what each *known mistake* gives on the same inputs,
-and returns a :class:`~flashlab.exercises._core.Feedback` whose message names the mistake.
+simulator, :mod:`flashlab.flops`, :mod:`flashlab.ledgers`), computes what each *known mistake*
+gives on the same inputs, and returns a :class:`~flashlab.exercises._core.Feedback` whose message names the mistake.
 
 The inputs are chosen so that every mistake gives a different answer from the right one and
 from the other mistakes (the tests check each one): RoPE positions that do not start at 0, a
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab import cost
+from flashlab import flops, ledgers
 from flashlab.dataflows import REMOVES, Idea
 from flashlab.exercises._core import Feedback, Mistake, call_cases, call_student, diagnose, diagnose_cases
 from flashlab.kernels.tile import score_tile
@@ -265,7 +265,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
     - **concat Q**: read $Q^C$ and $Q^R$, write $Q$ (B, H, S, D);
     - **concat K**: read $K^C$ and the expanded $K^R$, write $K$ (B, H, S, D).
 
-    The answer is :func:`flashlab.cost.mla_forward_steps` summed over those steps
+    The answer is :func:`flashlab.ledgers.mla_forward_steps` summed over those steps
     (:data:`flashlab.dataflows.REMOVES`). Known mistakes: ``k_rope`` not expanded (no expand step,
     concat K reads the single head); the expand step left out; writes not counted; reads not
     counted; elements instead of bytes.
@@ -284,7 +284,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
 
     def truth(b, h, s, dn, dr, e):
         # the native_v forward's steps (V is not involved: d_v = d_nope), those split RoPE removes
-        steps = cost.mla_forward_steps(b, h, s, dn, dr, dn, dataflow="native_v", elem=e)
+        steps = ledgers.mla_forward_steps(b, h, s, dn, dr, dn, dataflow="native_v", elem=e)
         return sum(st.bytes_read + st.bytes_written for st in steps if st.name in removed)
 
     expected = np.array([truth(*c) for c in cases], dtype=np.float64)
@@ -315,7 +315,7 @@ def check_concat_bytes(fn: Callable[..., Any]) -> Feedback:
                 "bytes."),
     ]
     return diagnose_cases(ex, got, expected, cases, describe, what="the byte count", mistakes=mistakes,
-                           success="matches flashlab.cost.mla_forward_steps (expand k_rope + concat Q + "
+                           success="matches flashlab.ledgers.mla_forward_steps (expand k_rope + concat Q + "
                                    f"concat K) in all {len(cases)} cases.")
 
 
@@ -324,11 +324,11 @@ def check_attention_flops(fn: Callable[..., Any]) -> Feedback:
     r"""Check ``fn(b, h, sq, sk, d_qk, d_v, causal) -> FLOPs`` of the attention forward.
 
     Count the two matrix products only (the convention of the FlashAttention papers and of
-    :func:`flashlab.cost.attention_flops`): 2 FLOPs per multiply-add, $2 P d_{qk}$ for
+    :func:`flashlab.flops.attention_flops`): 2 FLOPs per multiply-add, $2 P d_{qk}$ for
     $QK^\top$ and $2 P d_v$ for $PV$, where $P$ is the number of attended (query, key)
     pairs of all $b h$ heads. Without a mask $P = b\,h\,S_q S_k$; with ``causal`` (top-left
     aligned: query $i$ sees keys $j \le i$) row $i$ attends $\min(i + 1, S_k)$ keys
-    (:func:`flashlab.cost.attended_pairs`).
+    (:func:`flashlab.ledgers.attended_pairs`).
 
     Known mistakes: the factor 2 forgotten; $d_v$ taken equal to $d_{qk}$ ($4 P d$);
     ``causal`` ignored; $S_q S_k / 2$ for causal (the diagonal missed); keys $j < i$ only
@@ -346,39 +346,39 @@ def check_attention_flops(fn: Callable[..., Any]) -> Feedback:
         return fb
     assert got is not None      # no feedback: every case returned a number
 
-    def flops(b, h, sq, sk, d_qk, d_v, causal, pairs=None):
+    def count(b, h, sq, sk, d_qk, d_v, causal, pairs=None):
         # 2 P (d_qk + d_v), P = b h * attended pairs of one head (or the pairs a mistake counts)
-        p = cost.attended_pairs(sq, sk, causal) if pairs is None else pairs
-        return cost.attention_flops(sq, sk, d_qk, d_v, batch=b, heads=h, tile_fraction=p / (sq * sk))
+        p = ledgers.attended_pairs(sq, sk, causal) if pairs is None else pairs
+        return flops.attention_flops(sq, sk, d_qk, d_v, batch=b, heads=h, tile_fraction=p / (sq * sk))
 
-    expected = np.array([flops(*c) for c in cases])
+    expected = np.array([count(*c) for c in cases])
     n = [min(c[2], c[3]) for c in cases]
     mistakes = [
         Mistake("factor_2_forgotten", expected / 2,
                 "your count is half the answer: a multiply-add is 2 FLOPs, so Q K^T costs 2 Sq Sk d_qk "
                 "and P V 2 Sq Sk d_v per head."),
-        Mistake("d_v_ignored", np.array([flops(b, h, sq, sk, dq, dq, cz) for b, h, sq, sk, dq, dv, cz in cases]),
+        Mistake("d_v_ignored", np.array([count(b, h, sq, sk, dq, dq, cz) for b, h, sq, sk, dq, dv, cz in cases]),
                 "you counted P V with d_qk columns: the product P V has V's head dim d_v, which need not "
                 "equal d_qk (MLA: 192 and 128). FLOPs = 2 P d_qk + 2 P d_v."),
-        Mistake("causal_ignored", np.array([flops(b, h, sq, sk, dq, dv, False) for b, h, sq, sk, dq, dv, _ in cases]),
+        Mistake("causal_ignored", np.array([count(b, h, sq, sk, dq, dv, False) for b, h, sq, sk, dq, dv, _ in cases]),
                 "with causal=True your count is that of the full Sq x Sk matrix: a causal query i attends "
                 "only keys j <= i (about half of the pairs), and the kernel skips the tiles above the "
                 "diagonal."),
         Mistake("causal_half_square",
-                np.array([flops(*c[:7], pairs=c[2] * c[3] / 2) if c[6] else flops(*c) for c in cases]),
+                np.array([count(*c[:7], pairs=c[2] * c[3] / 2) if c[6] else count(*c) for c in cases]),
                 "for causal you took Sq Sk / 2 pairs: that misses the diagonal (query i attends key i "
                 "too). Row i attends i + 1 keys, so a square causal head has S (S + 1) / 2 pairs."),
         Mistake("causal_diagonal_excluded",
-                np.array([flops(*c[:7], pairs=cost.attended_pairs(c[2], c[3], True) - m) if c[6] else flops(*c)
+                np.array([count(*c[:7], pairs=ledgers.attended_pairs(c[2], c[3], True) - m) if c[6] else count(*c)
                           for c, m in zip(cases, n)]),
                 "your causal mask is off by one: you counted keys j < i, but query i also attends key "
                 "j = i (its own position). Row i attends i + 1 keys."),
         Mistake("causal_rows_past_keys",
-                np.array([flops(*c[:7], pairs=c[2] * (c[2] + 1) / 2) if c[6] else flops(*c) for c in cases]),
+                np.array([count(*c[:7], pairs=c[2] * (c[2] + 1) / 2) if c[6] else count(*c) for c in cases]),
                 "for causal you took Sq (Sq + 1) / 2 pairs, which holds only while Sq <= Sk. Rows "
                 "i >= Sk see all Sk keys, not i + 1: sum over rows of min(i + 1, Sk)."),
     ]
     return diagnose_cases(ex, got, expected, cases, describe, what="the FLOPs", mistakes=mistakes,
                            rtol=1e-9, atol=1e-6,
-                           success=f"match flashlab.cost in all {len(cases)} cases: 2 P (d_qk + d_v) "
+                           success=f"match flashlab.flops in all {len(cases)} cases: 2 P (d_qk + d_v) "
                                    "with P the attended (query, key) pairs.")

@@ -3,8 +3,9 @@
 - :func:`flash_attention_gpu`, :func:`flash_attention_backward_gpu`: the fused forward and
   backward (:mod:`flashlab.gpu.forward`, :mod:`flashlab.gpu.backward`);
 - :func:`standard_attention_gpu`: the three-kernel baseline (:mod:`flashlab.gpu.standard`);
-- :class:`Traffic`: global-memory requests (bytes loaded and stored by the threads), counted by
-  an instrumented build; what reaches DRAM is less (:mod:`flashlab.gpu.traffic`).
+- with ``count_traffic=True`` each also returns its global-memory requests (bytes loaded and
+  stored by the threads) as a :class:`flashlab.traffic.Traffic`, counted by an instrumented
+  build; what reaches DRAM is less (:mod:`flashlab.gpu.traffic`).
 
 They run on a CUDA GPU when one is present and in Numba's CUDA simulator otherwise
 (:mod:`flashlab.gpu.target` says how the choice is made). ``python -m flashlab.gpu.bench``
@@ -15,11 +16,10 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
-           "Traffic"]
+__all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu"]
 
 _WHERE = {"flash_attention_gpu": "attention", "flash_attention_backward_gpu": "attention",
-          "standard_attention_gpu": "attention", "Traffic": "traffic"}
+          "standard_attention_gpu": "attention"}
 
 
 def __getattr__(name: str):

@@ -5,7 +5,7 @@ checks), copies the arrays to the device (the simulator's "device" is host memor
 the kernels of :mod:`flashlab.gpu.forward`, :mod:`flashlab.gpu.backward` or
 :mod:`flashlab.gpu.standard`, and copies the results back. With ``count_traffic=True`` the
 instrumented build of the same kernel runs and the bytes it counted come back as a
-:class:`~flashlab.gpu.traffic.Traffic`.
+:class:`~flashlab.traffic.Traffic`.
 """
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from flashlab.gpu.standard import (
     standard_threads,
 )
 from flashlab.gpu.target import STATIC_SHARED_LIMIT, is_simulator
-from flashlab.gpu.traffic import COUNTER_SLOTS, Traffic
+from flashlab.gpu.traffic import COUNTER_SLOTS
 from flashlab.masks import kv_block_range
 from flashlab.tiling import cdiv
+from flashlab.traffic import Traffic
 from flashlab.validation import Problem, backward_operands, prepare
 
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
@@ -103,7 +104,7 @@ def flash_attention_gpu(q, k, v, *, causal=False, softcap=0.0, block_q: int | No
     :func:`flashlab.flash_attention` (0.0 = off). Tiles ``block_q x block_k``
     (``None``: the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` whose shared tiles fit in
     48 KiB). ``traffic`` counts global-memory requests in bytes, equal to
-    :func:`flashlab.cost.tiled_attention_traffic`.
+    :func:`flashlab.traffic.tiled_attention_traffic`.
     """
     p = prepare(q, k, v, causal=causal, softcap=softcap, block_q=1 if block_q is None else block_q,
                 block_k=1 if block_k is None else block_k)
@@ -133,7 +134,7 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, softcap=0
     do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
     CPU :func:`flashlab.flash_attention`); other arguments as there. dq (B, H, Sq, Dqk),
     dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32 (GQA: summed over each kv head's group).
-    ``traffic`` equals :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``
+    ``traffic`` equals :func:`flashlab.traffic.tiled_attention_traffic` with ``backward=True``
     (and ``kv_heads=Hkv``). One thread block per (batch, kv head, key block), as
     FlashAttention-2 (:mod:`flashlab.gpu.backward`); dQ is summed with atomic adds, so on a
     GPU its last bits can differ from run to run.
@@ -170,7 +171,7 @@ def standard_attention_gpu(q, k, v, *, causal=False, count_traffic=False):
 
     Arguments as :func:`flash_attention_gpu`. S (B, H, Sq, Sk) float32 is materialised in
     global memory; ``traffic`` sums the three launches and equals
-    :func:`flashlab.cost.standard_attention_traffic` with ``tile=STANDARD_TILE``.
+    :func:`flashlab.traffic.standard_attention_traffic` with ``tile=STANDARD_TILE``.
     """
     p = prepare(q, k, v, causal=causal)
     _float32(p)

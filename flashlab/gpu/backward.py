@@ -47,7 +47,7 @@ written as 0 (computed, $dP - D$ would be a rounding difference).
 
 **Counting** as in the forward: a second build of both kernels with ``count=True`` adds every
 global load and store (an atomic add counts as a 4-byte store) into ``counter``; the closed
-form is :func:`flashlab.cost.tiled_attention_traffic` with ``backward=True``. The zero-filled
+form is :func:`flashlab.traffic.tiled_attention_traffic` with ``backward=True``. The zero-filled
 $dQ$ the atomics add into is prepared by the host before the launch and not counted.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 r"""``python -m flashlab.gpu.bench``: time the CUDA twin and torch's attention on a real GPU.
 
 Two benches, each case placed on the device's roofline (:func:`roofline`), with the bytes of
-the matching :func:`flashlab.cost.traffic` dataflow:
+the matching :func:`flashlab.traffic.traffic` dataflow:
 
 1. **The twin** (float32 on CUDA cores): the fused forward and backward
    (:mod:`flashlab.gpu.forward`, :mod:`flashlab.gpu.backward`) against the standard three
@@ -46,14 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
-from flashlab.cost import (
-    KV_RESIDENT,
-    attended_pairs,
-    attention_backward_flops,
-    attention_flops,
-    backward_traffic,
-    traffic,
-)
+from flashlab.flops import attention_backward_flops, attention_flops
+from flashlab.ledgers import attended_pairs
+from flashlab.tiling import KV_RESIDENT
+from flashlab.traffic import backward_traffic, traffic
 
 __all__ = ["FP32_LANES_PER_SM", "TENSOR_FLOPS_PER_SM_CLOCK", "PEAK_OF", "device_peaks", "roofline",
            "make_record", "pair_summary", "bench_document", "write_json", "report", "run_twin",
@@ -74,7 +70,7 @@ PEAK_OF = {("twin", "fp32"): "fp32", ("unfused", "fp32"): "fp32", ("efficient", 
            **{(impl, dt): dt for impl in ("unfused", "flash", "efficient") for dt in ("bf16", "fp16")}}
 DEFAULT_OUT = "flashlab/data/gpu_bench_fa2.json"
 ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}
-#: query rows per block of the fused torch backends, for their K/V re-reads in cost.traffic
+#: query rows per block of the fused torch backends, for their K/V re-reads in traffic.traffic
 #: (FlashAttention-2's forward: 128; the CUTLASS memory-efficient kernel: 64)
 TORCH_BLOCK_Q = {"flash": 128, "efficient": 64}
 
@@ -126,13 +122,13 @@ def make_record(impl: str, *, n: int, d_qk: int, d_v: int, causal: bool, batch: 
                 skips_masked: bool = True) -> dict:
     """One timed case: median seconds, TFLOP/s, GB/s, their shares of the peaks, its roofline point.
 
-    FLOPs are the matmul FLOPs of :func:`flashlab.cost.attention_flops` (forward) or
-    :func:`~flashlab.cost.attention_backward_flops` (backward: five products, 2.5x at equal
+    FLOPs are the matmul FLOPs of :func:`flashlab.flops.attention_flops` (forward) or
+    :func:`~flashlab.flops.attention_backward_flops` (backward: five products, 2.5x at equal
     dims), over the attended fraction of the score matrix (causal: about half); the roofline
     uses the FLOPs the implementation *executes*: the whole matrix when it skips nothing
     (``skips_masked=False``: the unfused and standard pipelines). ``peak`` names the peak of
     :func:`device_peaks` it runs against (:data:`PEAK_OF`); ``traffic_bytes`` are the bytes of
-    ``dataflow`` (:func:`flashlab.cost.traffic`).
+    ``dataflow`` (:func:`flashlab.traffic.traffic`).
     """
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction must be 'forward' or 'backward', got {direction!r}")
@@ -554,9 +550,9 @@ def main(argv: list[str] | None = None) -> int:
         if torch_ok:
             records += run_torch(args.torch_sizes, args.torch_d, args.dtypes, causal, args.batch,
                                  args.heads, args.repeats, peaks)
-    notes = ["twin: float32 on CUDA cores; bytes are global-memory requests (cost.traffic 'gpu:*'); "
+    notes = ["twin: float32 on CUDA cores; bytes are global-memory requests (traffic.traffic 'gpu:*'); "
              "the L2 cache serves part of them, so DRAM moves fewer",
-             "torch: DRAM bytes of cost.traffic 'standard' (unfused: S and P through DRAM; causal adds "
+             "torch: DRAM bytes of traffic.traffic 'standard' (unfused: S and P through DRAM; causal adds "
              "the masked_fill pass, its bool mask not counted) and 'fused' with kv_hit=1 (K/V re-reads "
              "served by L2; traffic_bytes_no_l2: every re-read from DRAM, query blocks of 128 (flash) "
              "or 64 (efficient) rows)",

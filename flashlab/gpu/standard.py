@@ -19,7 +19,7 @@ shared K / V tile. The only difference between the two pipelines is where S and 
 registers and shared memory in the fused kernel, global memory here. Nothing is skipped under
 a causal mask: the masked scores are written and read like the others. Every byte is counted
 as in the fused kernels (``count=True`` builds); the closed form is
-:func:`flashlab.cost.standard_attention_traffic`.
+:func:`flashlab.traffic.standard_attention_traffic`.
 """
 from __future__ import annotations
 

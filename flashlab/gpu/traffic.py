@@ -1,8 +1,9 @@
 r"""Global-memory requests of a :mod:`flashlab.gpu` launch, counted two independent ways.
 
 1. **The kernels' own counters.** The instrumented build of each kernel (``count=True``) adds
-   the bytes every thread loads and stores into a ``(2,)`` counter; :class:`Traffic` holds the
-   result. A kernel counts only what its author routed through the counted lines.
+   the bytes every thread loads and stores into a ``(2,)`` counter, read back as a
+   :class:`flashlab.traffic.Traffic` (``Traffic.from_counter``). A kernel counts only what its
+   author routed through the counted lines.
 2. **The simulator's device arrays** (:func:`record_requests`). In Numba's CUDA simulator every
    array a kernel receives is a ``FakeCUDAArray``; inside :func:`record_requests` each launch's
    array arguments are swapped for a counting subclass, so *every* element any thread loads or
@@ -14,7 +15,7 @@ r"""Global-memory requests of a :mod:`flashlab.gpu` launch, counted two independ
 What both count are **global-memory requests**: bytes the threads ask of global memory. On a
 GPU the L2 cache (50 MB on an H100 or H200) serves repeated requests to the same lines; the
 bytes that reach DRAM lie between the *distinct* bytes a launch touches (each element fetched
-once, ``RequestLog.distinct_traffic()``) and the requests. ``flashlab.cost.traffic``'s
+once, ``RequestLog.distinct_traffic()``) and the requests. ``flashlab.traffic.traffic``'s
 ``"gpu:*"`` dataflows give the requests in closed form, its ``"fused"`` / ``"standard"``
 dataflows with ``kv_hit=1`` the DRAM bytes when L2 holds every re-read; on a GPU with Nsight
 Compute, ``python -m flashlab.gpu.bench --ncu`` measures the DRAM bytes themselves.
@@ -32,13 +33,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Traffic", "COUNTER_SLOTS", "METADATA_ARGUMENTS", "ArrayRequests", "RequestLog",
+from flashlab.traffic import Traffic
+
+__all__ = ["COUNTER_SLOTS", "METADATA_ARGUMENTS", "ArrayRequests", "RequestLog",
            "record_requests"]
 
 #: length of the int64 counter array the counting kernels add into (read bytes, write bytes)
 COUNTER_SLOTS = 2
 
-#: kernel arguments outside the :class:`Traffic` convention: the kernels' own ``counter``
+#: kernel arguments outside the traffic convention: the kernels' own ``counter``
 #: (instrumentation) and the skip tables ``kv_blocks`` / ``q_blocks`` (launch metadata, 16 bytes
 #: per query / key block)
 METADATA_ARGUMENTS = ("counter", "kv_blocks", "q_blocks")
@@ -48,38 +51,14 @@ _ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "mi
             "nanmin")
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """Global-memory requests of a launch in bytes, summed over every thread.
-
-    ``read_bytes``: loaded from global memory (into shared memory or registers);
-    ``write_bytes``: stored to global memory (an atomic add counts as a 4-byte store).
-    Requests, not DRAM bytes: the L2 cache may serve a repeated request (module docstring).
-    """
-
-    read_bytes: int
-    write_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.read_bytes + self.write_bytes
-
-    @classmethod
-    def from_counter(cls, counter: np.ndarray) -> "Traffic":
-        """From the ``(2,)`` int64 counter the instrumented kernels add into."""
-        return cls(int(counter[0]), int(counter[1]))
-
-    def __add__(self, other: "Traffic") -> "Traffic":
-        return Traffic(self.read_bytes + other.read_bytes, self.write_bytes + other.write_bytes)
-
-
 @dataclass
 class ArrayRequests:
     """What the threads of one launch asked of one array argument, in elements.
 
     ``loads`` / ``stores``: element loads and plain stores; ``atomics``: atomic
-    read-modify-writes (counted as stores in :class:`Traffic`); ``loaded`` / ``stored``: boolean
-    masks of the array's shape, True where an element was loaded / written at least once.
+    read-modify-writes (counted as stores in the launch's :class:`~flashlab.traffic.Traffic`);
+    ``loaded`` / ``stored``: boolean masks of the array's shape, True where an element was
+    loaded / written at least once.
     """
 
     launch: int

@@ -2,8 +2,7 @@
 
 Inside ``@njit``, ``np.dot`` calls SciPy's BLAS (``scipy.linalg.cython_blas``), which is a
 separate OpenBLAS from NumPy's. The kernels already run one tile per thread under ``prange``;
-if each tile gemm also spawned BLAS threads, the two cores would be oversubscribed (measured
-on a 2-core machine: ~56 GFLOP/s instead of ~120-150 for the forward). That library is
+if each tile gemm also spawned BLAS threads, the cores would be oversubscribed. That library is
 loaded lazily, so a ``threadpoolctl`` limit set before it is imported misses it: we import it
 first, then limit only SciPy's copy, leaving NumPy's BLAS (used by the baselines) alone.
 """

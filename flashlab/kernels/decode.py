@@ -75,16 +75,13 @@ __all__ = ["pv_few_rows", "kv_splits", "flash_decode_kernel", "merge_splits", "D
            "merge_splits_serial"]
 
 # The tiled forward is replaced by this kernel when ``Sq <= DECODE_MAX_SQ`` (defined in
-# flashlab.tiling, which validation reads; re-exported here). Measured (B=1, H=32, Hkv=8,
-# D=128, fp32, interleaved): Sk=8192, Sq=1: decode 0.21 ms vs tiled forward 1.6 ms; Sq=16:
-# 0.78 vs 1.9 ms; at Sq=64 the two are even (~2.4 ms), as the tiled forward's gemms are no
-# longer matrix-vector products.
+# flashlab.tiling, which validation reads; re-exported here), the query fitting one q-block and
+# no RoPE operands.
+
 #: :func:`kv_splits` splits the key axis until there are at least this many work items
 #: ``B * Hkv * n_split``. A constant, never the thread count (the bits must not depend on it);
-#: 16 leaves several items per core on machines with up to ~8 cores. Measured at B=1,
-#: H=32/Hkv=8, Sk=131072, 2 threads: 8 items (no split) 1.00, 16 items 0.97, 32 items 0.98
-#: of the time: splitting beyond the core count costs nothing (the merge reads
-#: ``n_split * Sq * Dv`` numbers per row).
+#: 16 leaves several items per core on machines with up to ~8 cores; splitting beyond the core
+#: count costs next to nothing (the merge reads ``n_split * Sq * Dv`` numbers per row).
 DECODE_MIN_ITEMS = 16
 #: ... but never chunks shorter than this many kv-blocks (a chunk costs one merge term per row).
 DECODE_MIN_CHUNK_BLOCKS = 4
@@ -92,17 +89,11 @@ DECODE_MIN_CHUNK_BLOCKS = 4
 
 #: With at most this many stacked rows (``group * Sq``) the tile's ``P~ V_j`` is a plain loop
 #: (:func:`pv_few_rows`) instead of a BLAS gemm call. A gemm with 4 rows first copies
-#: ("packs") the whole V tile, then multiplies; the loop reads each V row once. Measured at
-#: Sk=131072, H=32/Hkv=8 (4 rows), kernel time over numpy's one-thread read of K and V, two
-#: processes each, alternated: loop 1.24-1.27, BLAS 2.0-2.4. The scores ``Q K_j^T`` stay with
-#: BLAS. A loop for them was twice as fast (one kv head, 64 MB of K, one thread: BLAS 7.9 ms,
-#: a float32 dot product summed in SIMD lanes 4.2 ms), and its error against float64 scores
-#: at logits ~100 is about BLAS's (2.0e-5 against 1.8e-5), but it is not the same rounding as
-#: the BLAS gemm the backward recomputes the scores with: with it, 4 float32 cases of
-#: tests/test_backward.py::test_dtypes_and_large_logits (Sq=7, logits 50-100) and one of the
-#: forward's (LSE error 1.06e-5 against a tolerance of 1.04e-5) failed. A float64 loop is no
-#: faster than BLAS (8.2 ms). Reproducing BLAS's order exactly (16 lanes over d, then pairwise
-#: sums) matched its bits for 128-key tiles but not for 1000, and ran at 22.7 ms.
+#: ("packs") the whole V tile, then multiplies; the loop reads each V row once. The scores
+#: ``Q K_j^T`` stay with BLAS although a loop for them is faster: it is not the same rounding
+#: as the BLAS gemm the backward recomputes the scores with, and the forward's LSE must match
+#: the backward's scores (the figures of both choices are in the book's *Measurements behind
+#: the defaults*).
 GEMV_MAX_ROWS = 16
 
 
@@ -110,8 +101,7 @@ GEMV_MAX_ROWS = 16
 def pv_few_rows(p, v_blk, acc):
     """``acc += p @ v_blk`` for a few rows: each value row ``V[c]`` is read once, for every row.
 
-    Two value rows per step: each ``acc`` row is loaded and stored half as often (measured,
-    4 rows, 64 MB of V on one thread: 7.1 ms one row per step, 5.6 ms two, 6.5 ms four).
+    Two value rows per step: each ``acc`` row is loaded and stored half as often.
     """
     rows, cols = p.shape
     c2 = cols - cols % 2

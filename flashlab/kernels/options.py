@@ -40,7 +40,7 @@ _NO_OPERAND = {np.dtype(t): np.zeros((1, 1, 1, 1), dtype=t) for t in (np.float32
 
 def no_operand(dtype) -> np.ndarray:
     """The shared (1, 1, 1, 1) placeholder of an absent bias or RoPE operand of ``dtype``
-    (read-only to the kernels; allocating one per call was ~1 us of a small call)."""
+    (read-only to the kernels; shared, so that a small call allocates none)."""
     return _NO_OPERAND[np.dtype(dtype)]
 
 

@@ -16,6 +16,8 @@ Most engine rates inside a core are not published: :func:`with_core` and
 from __future__ import annotations
 
 import dataclasses
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,8 +25,40 @@ import numpy as np
 from flashlab.arguments import as_real
 from flashlab.pipeline.params import HardwareProfile, Param
 
-__all__ = ["ridge_point", "roofline", "roofline_time", "bound", "HBM_ENGINES",
+__all__ = ["RooflinePoint", "ridge_point", "roofline", "roofline_time", "bound", "HBM_ENGINES",
            "MAIN_MEMORY_LEVELS", "with_hbm_bandwidth", "with_core"]
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One kernel placed on a roofline: its intensity and, where known, its roof and its speed.
+
+    label: what the kernel is. intensity: its FLOP per byte of main-memory traffic (a model's).
+    ridge: the ridge point $\\pi / \\beta$ (FLOP/byte) of the roofline it is judged against, for
+    :attr:`bound` (NaN: none). fraction: its measured FLOP/s over the peak of the same run (NaN:
+    not measured). committed: ``True`` for a figure read from a saved run, ``False`` for one
+    measured while the page was built. flops: its FLOPs, when counted (NaN otherwise), which
+    give :attr:`bytes_moved`.
+    """
+
+    label: str
+    intensity: float
+    ridge: float = math.nan
+    fraction: float = math.nan
+    committed: bool = False
+    flops: float = math.nan
+
+    @property
+    def bytes_moved(self) -> float:
+        """Bytes of main-memory traffic: ``flops / intensity`` (NaN when ``flops`` is)."""
+        return self.flops / self.intensity
+
+    @property
+    def bound(self) -> str:
+        """``"memory"`` below the ridge point, else ``"compute"`` (``ValueError`` without one)."""
+        if math.isnan(self.ridge):
+            raise ValueError(f"point {self.label!r} has no ridge to be bound against; give ridge=")
+        return "memory" if self.intensity < self.ridge else "compute"
 
 
 def ridge_point(profile: HardwareProfile) -> float:

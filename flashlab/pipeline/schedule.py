@@ -52,7 +52,7 @@ vector follow the Cube's order. With own MTE2 each copy is issued when its buffe
 free (see :func:`build_fa_graph`).
 
 **Durations** (:class:`~flashlab.pipeline.durations.Durations`, from the profile's
-:class:`~flashlab.pipeline.hardware.CoreModel`): a copy takes
+:class:`~flashlab.pipeline.params.CoreModel`): a copy takes
 latency + bytes / bandwidth; a matmul chunk latency + $\lceil m/16 \rceil \lceil n/16 \rceil
 \lceil k/16 \rceil$ / (1.8 GHz) on the 910B (granules of the matrix unit / its granule rate);
 a vector task latency + element operations / throughput + exponentials / exp rate + the bytes
@@ -93,7 +93,7 @@ def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: 
 
     Parameters
     ----------
-    profile : a per-core :class:`~flashlab.pipeline.hardware.HardwareProfile` (with ``core``)
+    profile : a per-core :class:`~flashlab.pipeline.params.HardwareProfile` (with ``core``)
     strategy : one of :data:`~flashlab.pipeline.buffers.STRATEGIES` (see the module docstring)
     seq_q, seq_kv : rows of Q this core handles, and keys
     d_qk, d_v : head dims of Q/K and of V

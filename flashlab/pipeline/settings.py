@@ -9,7 +9,7 @@
 - :func:`core_profile`: the calibrated Ascend 910B AI Core profile
   (:data:`flashlab.pipeline.core_fit.ASCEND_910B_CALIBRATED_CORE`) with the chip's HBM bandwidth moved;
   MTE2 (GM -> L1) and MTE3 (UB -> GM) get a 1/24 share of it each, as in
-  :mod:`flashlab.pipeline.hardware`.
+  :mod:`flashlab.pipeline.profiles`.
 
 The pipeline explorer (:mod:`flashlab.widgets.pipeline`) is a set of controls over these.
 """
@@ -21,12 +21,9 @@ from dataclasses import dataclass
 from flashlab.arguments import as_int, as_real
 from flashlab.pipeline.buffers import STRATEGIES
 from flashlab.pipeline.core_fit import ASCEND_910B_CALIBRATED_CORE
-from flashlab.pipeline.hardware import (
-    ASCEND_910B,
-    ASCEND_910B_CORES,
-    HardwareProfile,
-    with_hbm_bandwidth,
-)
+from flashlab.pipeline.params import HardwareProfile
+from flashlab.pipeline.profiles import ASCEND_910B, ASCEND_910B_CORES
+from flashlab.pipeline.roofline import with_hbm_bandwidth
 from flashlab.pipeline.schedule import simulate_fa
 from flashlab.pipeline.simulate import SimResult
 
@@ -54,7 +51,7 @@ def core_profile(hbm_tb_s: float = DEFAULT_HBM_TB_S,
     """The AI Core profile ``base`` with the chip's HBM bandwidth set to ``hbm_tb_s`` TB/s.
 
     One core's share, $\\beta_{core} = \\beta_{chip} / 24$, becomes the profile's
-    ``hbm_bandwidth``, and :func:`~flashlab.pipeline.hardware.with_hbm_bandwidth` moves the rate
+    ``hbm_bandwidth``, and :func:`~flashlab.pipeline.roofline.with_hbm_bandwidth` moves the rate
     of its load engine (MTE2, GM -> L1) and store engine (MTE3, UB -> GM) with it; every other
     number of ``base`` stays. The changed numbers are marked as assumptions that name the chosen
     bandwidth.

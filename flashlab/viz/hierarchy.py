@@ -1,4 +1,4 @@
-"""Memory hierarchies drawn from :mod:`flashlab.pipeline.hardware` profiles (no pasted images).
+"""Memory hierarchies drawn from :mod:`flashlab.pipeline.profiles` profiles (no pasted images).
 
 - :func:`draw_pyramid`: the levels of a GPU as a pyramid, fastest on top, in the manner of
   Fig. 1 (left) of the FlashAttention paper, with sizes and bandwidths read from the profile.
@@ -12,7 +12,7 @@ import math
 
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from flashlab.pipeline.hardware import HardwareProfile, MemoryLevel, Param, params
+from flashlab.pipeline.params import HardwareProfile, MemoryLevel, Param, params
 from flashlab.viz.style import PALETTE, figure_for, markdown_table
 
 __all__ = ["format_bytes", "format_rate", "format_param", "evidence_table", "draw_pyramid",
@@ -45,7 +45,7 @@ def format_rate(x: float, unit: str = "B/s") -> str:
 
 
 def format_param(p: Param) -> str:
-    """A :class:`~flashlab.pipeline.hardware.Param`'s value in readable units."""
+    """A :class:`~flashlab.pipeline.params.Param`'s value in readable units."""
     if p.unit == "B":
         return format_bytes(p.value)
     if p.unit.endswith("/s"):
@@ -96,7 +96,7 @@ def draw_pyramid(profile: HardwareProfile, levels: list[str] | None = None, *, a
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.1, n + 0.1)
     ax.axis("off")
-    ax.set_title(f"{profile.name}: memory hierarchy (from flashlab.pipeline.hardware)", fontsize=10)
+    ax.set_title(f"{profile.name}: memory hierarchy (from flashlab.pipeline.profiles)", fontsize=10)
     return fig
 
 
@@ -128,7 +128,7 @@ def _edge(box, toward):
 def draw_ai_core(profile: HardwareProfile, *, ax=None,
                  layout: dict[str, tuple[float, float, float, float]] | None = None):
     """Draw the data paths of an Ascend AI Core profile: one box per memory level and compute
-    unit, one arrow per :class:`~flashlab.pipeline.hardware.DataPath` labelled with its engine
+    unit, one arrow per :class:`~flashlab.pipeline.params.DataPath` labelled with its engine
     (MTE2, MTE1, FixPipe, MTE3). Sizes come from the profile. Returns the figure."""
     if not isinstance(profile, HardwareProfile):
         raise TypeError(f"profile must be a HardwareProfile; got {type(profile).__name__}")
@@ -190,6 +190,6 @@ def draw_ai_core(profile: HardwareProfile, *, ax=None,
     ax.set_xlim(0, 10)
     ax.set_ylim(0.65, 7.9)
     ax.axis("off")
-    ax.set_title(f"{profile.name}: data paths (engines in bold), from flashlab.pipeline.hardware",
+    ax.set_title(f"{profile.name}: data paths (engines in bold), from flashlab.pipeline.profiles",
                  fontsize=10)
     return fig

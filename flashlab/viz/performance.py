@@ -9,14 +9,13 @@ between two variants timed **in alternation**. The rows they read are those of
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
 import numpy as np
 
+from flashlab.pipeline.roofline import RooflinePoint
 from flashlab.viz.style import PALETTE, SERIES, figure_for
 
-__all__ = ["IMPL_COLORS", "IMPL_LABELS", "RooflinePoint", "plot_roofline_fraction", "plot_scaling",
-           "plot_round_ratios"]
+__all__ = ["IMPL_COLORS", "IMPL_LABELS", "plot_roofline_fraction", "plot_scaling", "plot_round_ratios"]
 
 #: colour of each implementation of :mod:`flashlab.bench`
 IMPL_COLORS: dict[str, str] = {"flashlab": SERIES[0], "numpy_naive": SERIES[1],
@@ -26,24 +25,8 @@ IMPL_LABELS: dict[str, str] = {"flashlab": "flashlab", "numpy_naive": "numpy nai
                                "torch_sdpa": "torch SDPA"}
 
 
-class RooflinePoint(NamedTuple):
-    """One measured kernel placed on the roofline.
-
-    label: legend text; intensity: FLOP per byte of main-memory traffic (from a cost model);
-    fraction: measured GFLOP/s over the matmul peak of the same run; committed: ``True`` for a
-    figure read from a saved benchmark run (filled marker), ``False`` for one measured while the
-    page was built (hollow marker); color, marker: matplotlib colour and marker.
-    """
-
-    label: str
-    intensity: float
-    fraction: float
-    committed: bool
-    color: str = SERIES[0]
-    marker: str = "o"
-
-
-def plot_roofline_fraction(ridges: Mapping[str, float], points: Sequence[RooflinePoint] = (), *,
+def plot_roofline_fraction(ridges: Mapping[str, float],
+                           points: Sequence[tuple[RooflinePoint, str, str]] = (), *,
                            operations: Mapping[str, float] | None = None, ax=None,
                            intensity_range: tuple[float, float] = (0.1, 1000.0),
                            title: str | None = None):
@@ -56,7 +39,10 @@ def plot_roofline_fraction(ridges: Mapping[str, float], points: Sequence[Rooflin
     than the roofline's two limits.
 
     ridges: ``{label: I* in FLOP/byte}``, at least one, each inside ``intensity_range``; the
-    first is drawn solid, the others dashed. points: the kernels. operations: ``{name:
+    first is drawn solid, the others dashed. points: ``(point, colour, marker)`` for each kernel,
+    a :class:`~flashlab.pipeline.roofline.RooflinePoint` with its ``label``, ``intensity`` and
+    measured ``fraction`` of the matmul peak, drawn filled when ``committed`` (read from a saved
+    run) and hollow otherwise, in a matplotlib colour and marker. operations: ``{name:
     intensity}`` marked on the first roof (e.g. the steps of standard attention). ax: axes to
     draw on (a new figure when ``None``). Returns the figure.
     """
@@ -69,9 +55,10 @@ def plot_roofline_fraction(ridges: Mapping[str, float], points: Sequence[Rooflin
         if not np.isfinite(r) or not lo < r < hi:
             raise ValueError(f"ridge {label!r} must be a finite FLOP/byte inside intensity_range "
                              f"{intensity_range}; got {r!r}")
-    for p in points:
-        if not isinstance(p, RooflinePoint):
-            raise TypeError(f"points must be RooflinePoint; got {type(p).__name__}")
+    for mark in points:
+        if not (isinstance(mark, tuple) and len(mark) == 3 and isinstance(mark[0], RooflinePoint)):
+            raise TypeError(f"points must be (RooflinePoint, colour, marker) tuples; got {mark!r}")
+        p = mark[0]
         if not (lo <= p.intensity <= hi and p.fraction > 0):
             raise ValueError(f"point {p.label!r}: intensity {p.intensity:.3g} must lie in "
                              f"{intensity_range} and fraction {p.fraction:.3g} must be > 0")
@@ -97,10 +84,10 @@ def plot_roofline_fraction(ridges: Mapping[str, float], points: Sequence[Rooflin
         ax.plot(i, y, "|", color=PALETTE["grid"], ms=14, mew=2)
         ax.annotate(name, (i, y), xytext=(4, -14), textcoords="offset points", fontsize=7,
                     color="#555555")
-    for p in points:
-        ax.plot(p.intensity, p.fraction, p.marker, ms=8, mew=1.5, color=p.color,
-                mfc=p.color if p.committed else "white", label=p.label)
-    fractions = [p.fraction for p in points] + [1.0]
+    for p, color, marker in points:
+        ax.plot(p.intensity, p.fraction, marker, ms=8, mew=1.5, color=color,
+                mfc=color if p.committed else "white", label=p.label)
+    fractions = [p.fraction for p, _, _ in points] + [1.0]
     ax.set_ylim(min(0.02, 0.5 * min(fractions)), 2.5 * max(fractions))
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of main-memory traffic, model)")

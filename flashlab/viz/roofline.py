@@ -1,7 +1,7 @@
 r"""Log-log roofline plots with attention's operations placed on them.
 
 For each hardware profile the roof is $P(I) = \min(\pi, \beta I)$
-(:func:`flashlab.pipeline.hardware.roofline`); an operation of arithmetic intensity $I$ sits
+(:func:`flashlab.pipeline.roofline.roofline`); an operation of arithmetic intensity $I$ sits
 on the roof at $x = I$. Below the ridge point $\pi/\beta$ it is memory-bound: its speed is
 set by the bandwidth, not by the compute units.
 """
@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from flashlab.cost import operation_intensities
-from flashlab.pipeline.hardware import HardwareProfile, ridge_point, roofline
+from flashlab.flops import operation_intensities
+from flashlab.pipeline.params import HardwareProfile
+from flashlab.pipeline.roofline import ridge_point, roofline
 from flashlab.viz.style import PALETTE, SERIES, figure_for
 
 __all__ = ["MARKERS", "attention_operations", "plot_roofline"]
 
-#: marker per operation name of :func:`flashlab.cost.operation_costs`; others get "o"
+#: marker per operation name of :func:`flashlab.flops.operation_costs`; others get "o"
 MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
            "FlashAttention (fused)": "*"}
 
@@ -25,7 +26,7 @@ MARKERS = {"QK^T": "s", "softmax": "v", "PV": "D", "standard attention": "P",
 def attention_operations(seq: int, d: int, *, d_v: int | None = None, block_q: int = 128,
                          elem: int = 2) -> dict[str, float]:
     """Intensities (FLOP/byte) of QK^T, softmax, PV (unfused), the three together ("standard
-    attention") and fused FlashAttention (:func:`flashlab.cost.operation_costs`) for a square
+    attention") and fused FlashAttention (:func:`flashlab.flops.operation_costs`) for a square
     problem ``Sq = Sk = seq`` with head dims ``d`` (and ``d_v``, default ``d``)."""
     return operation_intensities(seq, seq, d, d if d_v is None else d_v,
                                  block_q=block_q, elem=elem)
@@ -36,7 +37,7 @@ def plot_roofline(profiles: Sequence[HardwareProfile], operations: Mapping[str, 
                   title: str | None = None):
     """Draw the roofline of each profile and place ``operations`` on every roof.
 
-    profiles: one or more :class:`~flashlab.pipeline.hardware.HardwareProfile`.
+    profiles: one or more :class:`~flashlab.pipeline.params.HardwareProfile`.
     operations: ``{name: intensity in FLOP/byte}``, e.g. from :func:`attention_operations`.
     ax: axes to draw on (a new figure when ``None``).
     Returns the figure.

@@ -361,9 +361,8 @@ class WalkView:
         of a q-block renders the figure without the artists a step changes and keeps that as
         the q-block's background (:func:`flashlab.viz.style.background_of`: the right panels'
         limits and ticks are per q-block); every step restores its q-block's background and
-        draws only those artists (:func:`~flashlab.viz.style.blit_png`). Measured (36 x 36,
-        8 x 8 tiles, 80 dpi, median of a walk): 13-15 ms a step against 60 ms for a full Agg
-        draw and PNG."""
+        draws only those artists (:func:`~flashlab.viz.style.blit_png`), a fraction of the time
+        of a full Agg draw and PNG."""
         qb = self.walk.steps[self.index if self.index is not None else 0].qb
         if qb not in self._backgrounds:
             self._backgrounds[qb] = background_of(self.fig, self._moving)

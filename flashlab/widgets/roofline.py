@@ -2,7 +2,7 @@
 
 The model is read in one place, :func:`forward_point` (the adapter). The roofline, the lower
 bound, is :func:`flashlab.rect.kernel_roofline_by_hit` (FLOPs and HBM bytes of the kernel step of
-:func:`flashlab.cost.mla_forward_steps`, the K/V re-reads served on chip at the hit rate) with
+:func:`flashlab.ledgers.mla_forward_steps`, the K/V re-reads served on chip at the hit rate) with
 :func:`flashlab.rect.break_even_hit`. On the Ascend chips the estimate is the calibrated model
 (:func:`flashlab.rect.kernel_seconds`, the model of :func:`flashlab.rect.forward_time`): its time,
 its share of the peak, where it serves K/V from, and the engine its steady state waits on. The
@@ -17,8 +17,8 @@ from flashlab import rect
 from flashlab.arguments import as_int, as_real
 from flashlab.dataflows import IDEAS
 from flashlab.pipeline import calibrated
-from flashlab.pipeline.hardware import A100_80GB, ASCEND_910B, H100, HardwareProfile
-from flashlab.pipeline.params import Param
+from flashlab.pipeline.params import HardwareProfile, Param
+from flashlab.pipeline.profiles import A100_80GB, ASCEND_910B, H100
 from flashlab.widgets.explorer import Control, Explorer
 
 __all__ = ["CHIPS", "HEAD_DIMS", "GRID_HITS", "GRID_SEQ", "ENGINES", "forward_point",
