@@ -32,7 +32,7 @@ from flashlab.tiling import DECODE_MAX_SQ, FORWARD_BLOCK
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "prepare_like", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
-           "check_rope_pair", "check_rope", "check_like", "check_lse", "check_scale", "check_softcap",
+           "check_rope_pair", "check_rope", "rope_operands", "check_like", "check_lse", "check_scale", "check_softcap",
            "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
@@ -594,6 +594,23 @@ def check_rope(door: Door, q4: np.ndarray, k4: np.ndarray, qr4: np.ndarray, kr4:
         raise ValueError(f"{krn} must have shape {ks} with {qn}'s heads {s('H')}={H} a multiple "
                          f"of {krn}'s heads {s('Hr')} ({s('H')} % {s('Hr')} == 0); got {krn} "
                          f"{door.show(kr4)}{note}")
+
+
+def rope_operands(door: Door, q4: np.ndarray, k4: np.ndarray, q_rope, k_rope, shapes: tuple[str, str],
+                  to_kernel=None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The rope operands of a front door, checked against its q and k (both (B, H, S, D) views
+    from :func:`operands`): given together or not at all, numpy arrays of the door's rank
+    (``shapes``: how the messages describe them) and then :func:`check_rope`'s rule. Returns
+    them as (B, H, S, D) views (``to_kernel(q_rope, k_rope)``, default ``Door.to_kernel`` of
+    each), or ``(None, None)``."""
+    check_rope_pair(door, q_rope, k_rope)
+    if q_rope is None or k_rope is None:
+        return None, None
+    qr = check_operand(door.name("q_rope"), q_rope, door._rank, shapes[0])
+    kr = check_operand(door.name("k_rope"), k_rope, door._rank, shapes[1])
+    qr4, kr4 = (door.to_kernel(qr), door.to_kernel(kr)) if to_kernel is None else to_kernel(qr, kr)
+    check_rope(door, q4, k4, qr4, kr4)
+    return qr4, kr4
 
 
 def check_like(name: str, x, expected: tuple, shape: str, dtype: np.dtype | None,

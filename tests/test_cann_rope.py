@@ -204,3 +204,49 @@ def _bad(layout="BNSD", **change):
 def test_bad_rope_operands_raise(call_, exc, match):
     with pytest.raises(exc, match=match):
         call_()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS4 + ["TND"])
+def test_the_rope_pair_is_checked_once_per_call(layout, monkeypatch):
+    """issue 32 point 6: the RoPE pair goes down to validation once, with query/key/value
+    (layouts.canonical), not back and forth operator -> validation -> layouts per operand; the
+    operator holds none of validation's operand rules of its own (so the back and forth cannot
+    return unseen). Counted by wrapping the one entry in the module that calls it."""
+    from flashlab.cann import layouts, operator
+    from flashlab.validation import check_operand, rope_operands
+
+    for name in ("check_operand", "check_rope", "check_rope_pair", "check_same_dtype", "rope_operands"):
+        assert not hasattr(operator, name), name
+    calls, checks = [], []
+
+    def counted(*args, **kw):
+        calls.append(args[0])
+        return rope_operands(*args, **kw)
+
+    def counted_operand(name, *args):
+        checks.append(name)
+        return check_operand(name, *args)
+
+    monkeypatch.setattr(layouts, "rope_operands", counted)
+    import flashlab.validation as validation
+    monkeypatch.setattr(validation, "check_operand", counted_operand)
+    x = operands(1)
+    mask = np.zeros((S, S), dtype=bool)
+    if layout == "TND":
+        # one sequence of S tokens per batch: (B * S, N, D), ends S, 2S
+        tnd = {n: np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(-1, a.shape[1], a.shape[3]))
+               for n, a in x.items()}
+        lens = dict(actual_seq_qlen=[S, 2 * S], actual_seq_kvlen=[S, 2 * S])
+        out, smax, ssum = cann.flash_attention_score(
+            tnd["q"], tnd["k"], tnd["v"], N1, "TND", query_rope=tnd["q_rope"], key_rope=tnd["k_rope"],
+            scale=SCALE, atten_mask=mask, **lens)
+        cann.flash_attention_score_grad(
+            tnd["q"], tnd["k"], tnd["v"], tnd["do"], N1, "TND", softmax_max=smax, softmax_sum=ssum,
+            attention_in=out, query_rope=tnd["q_rope"], key_rope=tnd["k_rope"], scale=SCALE,
+            atten_mask=mask, **lens)
+    else:
+        out, smax, ssum = call(x, layout, atten_mask=mask)
+        call_grad(x, layout, out, smax, ssum, atten_mask=mask)
+    # one entry per forward and one per grad, each checking the pair once
+    assert len(calls) == 2
+    assert checks.count("query_rope") == 2 and checks.count("key_rope") == 2

@@ -11,7 +11,7 @@ from typing import cast
 import numpy as np
 
 from flashlab.cann.attributes import LAYOUTS, MAX_HEAD_DIM, MAX_HEADS, int64
-from flashlab.validation import Door, operands
+from flashlab.validation import Door, operands, rope_operands
 
 __all__ = ["Dims", "DOORS", "to_bnsd", "from_bnsd", "layout_shape", "split_hidden", "canonical"]
 
@@ -115,11 +115,16 @@ def layout_name(layout) -> str:
     return layout.upper()
 
 
-def canonical(query, key, value, head_num, layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, Dims]:
-    """Read the operands in ``layout``; return them as (B, N, S, D) arrays (TND: as given).
+def canonical(query, key, value, head_num, layout, query_rope=None, key_rope=None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, Dims]:
+    """Read the operands in ``layout``; return ``(q, k, v, q_rope, k_rope, dims)`` as (B, N, S, D)
+    arrays (TND: as given), the rope pair ``(None, None)`` when not given.
 
-    The operand checks are :func:`flashlab.validation.operands`' (with the layout's
-    :data:`DOORS` entry); the operator's ranges are checked here.
+    The operand checks are :func:`flashlab.validation.operands`' and
+    :func:`~flashlab.validation.rope_operands`' (with the layout's :data:`DOORS` entry); the
+    operator's ranges are checked here. The rope operands: query_rope in the query's layout with
+    ``head_num`` heads, key_rope in the key's; for BSH/SBH ``Dr = H_qr / head_num`` and
+    ``N_r = H_kr / Dr``.
     """
     layout = layout_name(layout)
     N1 = int64("head_num", head_num)
@@ -146,7 +151,27 @@ def canonical(query, key, value, head_num, layout) -> tuple[np.ndarray, np.ndarr
     if Dv > D:
         raise ValueError(f"value's head dim must be <= D={D} of query/key (the operator needs "
                          f"D_q = D_k >= D_v); got {Dv}")
+    qr4, kr4 = rope_operands(DOORS[layout], q4, k4, query_rope, key_rope, _ROPE_SHAPES[layout],
+                             to_kernel=None if layout == "TND" else _rope_reader(layout, N1))
     if layout == "TND":
-        return query, key, value, Dims(0, N1, N2, query.shape[0], key.shape[0], D, Dv)
+        qr, kr = (None, None) if qr4 is None else (query_rope, key_rope)
+        return query, key, value, qr, kr, Dims(0, N1, N2, query.shape[0], key.shape[0], D, Dv)
     B = q4.shape[0]
-    return q4, k4, v4, Dims(B, N1, N2, q4.shape[2], k4.shape[2], D, Dv)
+    return q4, k4, v4, qr4, kr4, Dims(B, N1, N2, q4.shape[2], k4.shape[2], D, Dv)
+
+
+#: how the rope operands' messages describe them, per layout (query_rope's, key_rope's)
+_ROPE_SHAPES = {"BSH": ("[B, S, N*Dr]",) * 2, "SBH": ("[S, B, N*Dr]",) * 2,
+                "BSND": ("[B, S, N, D]",) * 2, "BNSD": ("[B, N, S, D]",) * 2, "TND": ("[T, N, Dr]",) * 2}
+
+
+def _rope_reader(layout: str, N1: int):
+    """The reader of the rope pair in layout BSH/SBH/BSND/BNSD as (B, N, S, Dr) views."""
+    def read(qr: np.ndarray, kr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if layout not in ("BSH", "SBH"):
+            return to_bnsd(qr, layout, 0), to_bnsd(kr, layout, 0)
+        # H_qr = head_num * Dr; H_kr = N_r * Dr
+        dr = split_hidden("query_rope", qr.shape[2], N1, None, "head_num")
+        nr = split_hidden("key_rope", kr.shape[2], None, dr, "query_rope's Dr = H_qr / head_num")
+        return to_bnsd(qr, layout, N1), to_bnsd(kr, layout, nr)
+    return read

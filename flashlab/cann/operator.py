@@ -145,7 +145,6 @@ from flashlab.cann.layouts import (
     from_bnsd,
     layout_name,
     layout_shape,
-    split_hidden,
     to_bnsd,
 )
 from flashlab.cann.plan import Call, Setup, plan
@@ -156,10 +155,6 @@ from flashlab.validation import (
     check_dropout,
     check_like,
     check_offset,
-    check_operand,
-    check_rope,
-    check_rope_pair,
-    check_same_dtype,
     check_scale,
     check_seed,
     prepare,
@@ -190,10 +185,12 @@ def _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset) 
 def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
            keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
            actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
-           softmax_layout) -> Setup:
+           softmax_layout, query_rope, key_rope
+           ) -> tuple[Setup, np.ndarray | None, np.ndarray | None]:
+    """Read and check every argument: the setup of the call and the canonical rope pair."""
     dropout_p = _check_options(padding_mask, keep_prob, inner_precise, scale, seed, offset)
     input_layout = layout_name(input_layout)
-    q, k, v, dims = canonical(query, key, value, head_num, input_layout)
+    q, k, v, qr, kr, dims = canonical(query, key, value, head_num, input_layout, query_rope, key_rope)
     if not isinstance(softmax_layout, str) or softmax_layout not in SOFTMAX_LAYOUTS:
         raise ValueError(f"softmax_layout must be \"\" (the default: NTD in TND) or \"TND\"; got "
                          f"{softmax_layout!r}")
@@ -226,41 +223,22 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
     if st.pse is not None and st.pse.compressed:
         for c in calls:
             check_alibi_cover(st.pse, c, st)
-    return st
+    qr, kr = _rope_operands(qr, kr, st)
+    return st, qr, kr
 
 
-def _rope_operands(query_rope, key_rope, st: Setup) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Check ``query_rope``/``key_rope`` against the layout; return them canonical or ``(None, None)``.
+def _rope_operands(qr: np.ndarray | None, kr: np.ndarray | None, st: Setup
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The operator's own rules on the rope pair read by :func:`~flashlab.cann.layouts.canonical`
+    (checked there by validation's rule): ``Dr % 8 == 0``, ``Dr <= D`` and an ``atten_mask``.
+    Returns them in the compute dtype (as ``st.q``, ``st.k``), or ``(None, None)``.
 
     Canonical: (B, N1, Sq, Dr) and (B, Nr, Sk, Dr), or TND (T_q, N1, Dr) and (T_k, Nr, Dr),
-    with ``N1 % Nr == 0``, ``Dr % 8 == 0`` and ``Dr <= D``. For BSH/SBH, ``Dr = H_qr / head_num``
-    and ``Nr = H_kr / Dr``.
+    with ``N1 % Nr == 0``.
     """
-    check_rope_pair(DOORS[st.layout], query_rope, key_rope)
-    if query_rope is None or key_rope is None:
+    if qr is None or kr is None:
         return None, None
-    layout, N1 = st.layout, st.dims.N1
-    if layout in ("BSH", "SBH"):
-        dims = "[B, S, N*Dr]" if layout == "BSH" else "[S, B, N*Dr]"
-        qr = check_operand("query_rope", query_rope, 3, dims)
-        kr = check_operand("key_rope", key_rope, 3, dims)
-        dr = split_hidden("query_rope", qr.shape[2], N1, None, "head_num")
-        nr = split_hidden("key_rope", kr.shape[2], None, dr, "query_rope's Dr = H_qr / head_num")
-        qr, kr = to_bnsd(qr, layout, N1), to_bnsd(kr, layout, nr)
-    elif layout in ("BSND", "BNSD"):
-        dims = f"[{', '.join(layout)}]"
-        qr = to_bnsd(check_operand("query_rope", query_rope, 4, dims), layout, 0)
-        kr = to_bnsd(check_operand("key_rope", key_rope, 4, dims), layout, 0)
-    else:  # TND
-        qr = check_operand("query_rope", query_rope, 3, "[T, N, Dr]")
-        kr = check_operand("key_rope", key_rope, 3, "[T, N, Dr]")
-    door = DOORS[layout]
-    check_same_dtype(door, st.io_dtype, q_rope=qr, k_rope=kr)
-    qr, kr = as_compute(qr), as_compute(kr)      # st.q, st.k are in the compute dtype too
-    # validation's rule on (B, N, S, D) views, named and shown as the operator's: st.q and st.k
-    # are read as (B, N, S, D) already, except TND's (T, N, D), which its door reads as (1, N, T, D)
-    view = door.to_kernel if st.varlen else (lambda x: x)
-    check_rope(door, view(st.q), view(st.k), view(qr), view(kr))
+    qr, kr = as_compute(qr), as_compute(kr)
     dr, d = qr.shape[-1], st.dims.D
     if dr % 8 != 0 or dr > d:
         raise ValueError(f"query_rope's head dim Dr must be a multiple of 8 and <= D={d} "
@@ -418,12 +396,13 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
       rules (one rule for every entry point), with the operator's names in the messages
       (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
     """
-    st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
-                keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
-                actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
-                softmax_layout)
-    qr, kr = _rope_operands(query_rope, key_rope, st)
+    st, qr, kr = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
+                        scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
+                        actual_seq_qlen, actual_seq_kvlen, sparse_mode, pse_type, q_start_idx,
+                        kv_start_idx, seed, offset, softmax_layout, query_rope, key_rope)
     d = st.dims
+    # the door's names depend on the layout alone
+    door = DOORS[layout_name(input_layout)]
     rows = (d.Sq, d.N1) if st.varlen else (d.B, d.N1, d.Sq)
     out = np.zeros(rows + (d.Dv,), dtype=st.q.dtype)
     lse = np.full(rows, -np.inf)
@@ -433,7 +412,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
                     take_rows(st.v, c.kv_rows, st.varlen), scale=scale, window=c.window, mask=c.mask,
                     q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
                     k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-                    block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st))
+                    block_q=block_q, block_k=block_k, door=door, **_options(c, st))
         o, l, m, _ = api.flash_attention(problem=p, stats=True)
         put_rows(out, c.q_rows, st.varlen, o)
         put_rows(lse, c.q_rows, st.varlen, l)
@@ -536,20 +515,20 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     before scaling; for the ALiBi-compressed form, summed onto the entries each one stands for).
     The generated pse of pse_type 2/3 has no gradient here.
     """
-    st = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
-                keep_prob, pre_tokens, next_tokens, inner_precise, prefix, actual_seq_qlen,
-                actual_seq_kvlen, sparse_mode, pse_type, q_start_idx, kv_start_idx, seed, offset,
-                softmax_layout)
+    st, qr, kr = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
+                        scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
+                        actual_seq_qlen, actual_seq_kvlen, sparse_mode, pse_type, q_start_idx,
+                        kv_start_idx, seed, offset, softmax_layout, query_rope, key_rope)
     if softmax_in is not None and not isinstance(softmax_in, np.ndarray):
         raise TypeError(f"softmax_in (reserved) must be None or a numpy.ndarray; got "
                         f"{type(softmax_in).__name__}")
-    qr, kr = _rope_operands(query_rope, key_rope, st)
     d = st.dims
     do = _grad_operand("dy", dy, st, d.Dv)
     o = _grad_operand("attention_in", attention_in, st, d.Dv)
     lse = lse_from_stats(_softmax_operand("softmax_max", softmax_max, st),
                           _softmax_operand("softmax_sum", softmax_sum, st))
     ct = st.q.dtype
+    door = DOORS[layout_name(input_layout)]     # the door's names depend on the layout alone
     dq, dk, dv = (np.zeros(x.shape, dtype=ct) for x in (st.q, st.k, st.v))
     # _rope_operands gives both rope operands or neither; dfull: the dbias of a tensor pse
     dq_rope = None if qr is None else np.zeros(qr.shape, dtype=ct)
@@ -564,7 +543,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
             scale=scale, window=c.window, mask=c.mask,
             q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
             k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-            block_q=block_q, block_k=block_k, door=DOORS[st.layout], **_options(c, st),
+            block_q=block_q, block_k=block_k, door=door, **_options(c, st),
             **({"return_dbias": True} if dfull is not None else {}))
         put_rows(dq, c.q_rows, st.varlen, grads[0])
         put_rows(dk, c.kv_rows, st.varlen, grads[1])
