@@ -139,6 +139,34 @@ def _matmul_operands(n: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _warm_runners(cases: list[Case], clock: Clock) -> tuple[dict[Case, Runner], dict[Case, dict]]:
+    """A runner per case on ``clock``, each called once untimed (the warm-up); a case that raised
+    ``MemoryError`` gets no runner and ``{"error": reason}`` in the second dict."""
+    out: dict[Case, dict] = {}
+    runners: dict[Case, Runner] = {}
+    for c in cases:
+        try:
+            runners[c] = make_runner(c, clock)
+            runners[c].once()  # warm-up
+        except MemoryError as e:
+            runners.pop(c, None)
+            out[c] = {"error": f"MemoryError: {e}"}
+    return runners, out
+
+
+def _time_round(order: list[Case], runners: dict[Case, Runner], times: dict[Case, list[float]],
+                out: dict[Case, dict], settle_seconds: float) -> None:
+    """One round: each case of ``order`` timed once, after an untimed pause of ``settle_seconds``;
+    a case that raises ``MemoryError`` leaves ``runners`` and ``times`` with its reason in ``out``."""
+    for c in order:
+        time.sleep(settle_seconds)
+        try:
+            times[c].append(runners[c].once())
+        except MemoryError as e:
+            del runners[c], times[c]
+            out[c] = {"error": f"MemoryError: {e}"}
+
+
 def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: float = 30.0,
                      matmul_n: int = 4096, settle_seconds: float = 0.0
                      ) -> tuple[dict[Case, dict], dict]:
@@ -159,28 +187,14 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     Returns ``({case: {"seconds": median, "times": [...]}}, {"n", "seconds", "gflops"})``,
     the second the matmul's; a case that raised ``MemoryError`` gets ``{"error": reason}``.
     """
-    out: dict[Case, dict] = {}
-    runners: dict[Case, Runner] = {}
-    for c in cases:
-        try:
-            runners[c] = make_runner(c)
-            runners[c].once()  # warm-up
-        except MemoryError as e:
-            runners.pop(c, None)
-            out[c] = {"error": f"MemoryError: {e}"}
+    runners, out = _warm_runners(cases, time.perf_counter)
     a, b = _matmul_operands(matmul_n)
     a @ b
     times: dict[Case, list[float]] = {c: [] for c in runners}
     matmul_times: list[float] = []
     while len(matmul_times) < repeats and (
             not matmul_times or sum(map(sum, times.values())) < max_timed_seconds * len(times)):
-        for c in list(runners):
-            time.sleep(settle_seconds)
-            try:
-                times[c].append(runners[c].once())
-            except MemoryError as e:
-                del runners[c], times[c]
-                out[c] = {"error": f"MemoryError: {e}"}
+        _time_round(list(runners), runners, times, out, settle_seconds)
         time.sleep(settle_seconds)
         matmul_times.append(_seconds(lambda: a @ b))
     out.update({c: {"seconds": statistics.median(t), "times": t} for c, t in times.items()})
@@ -228,15 +242,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     """
     if not 2 <= min_rounds <= max_rounds:
         raise ValueError(f"need 2 <= min_rounds <= max_rounds; got {min_rounds}, {max_rounds}")
-    out: dict[Case, dict] = {}
-    runners: dict[Case, Runner] = {}
-    for c in cases:
-        try:
-            runners[c] = make_runner(c, clock)
-            runners[c].once()  # warm-up
-        except MemoryError as e:
-            runners.pop(c, None)
-            out[c] = {"error": f"MemoryError: {e}"}
+    runners, out = _warm_runners(cases, clock)
     times: dict[Case, list[float]] = {c: [] for c in runners}
 
     def pairs():
@@ -246,13 +252,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     stopped = "max_rounds"
     for rnd in range(max_rounds):
         order = list(times) if rnd % 2 == 0 else list(reversed(times))
-        for c in order:
-            time.sleep(settle_seconds)
-            try:
-                times[c].append(runners[c].once())
-            except MemoryError as e:
-                del runners[c], times[c]
-                out[c] = {"error": f"MemoryError: {e}"}
+        _time_round(order, runners, times, out, settle_seconds)
         if not times:
             break
         # every case has rnd + 1 times here (a failed one is gone)
