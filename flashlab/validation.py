@@ -95,7 +95,7 @@ class Problem:
     k_sq_norm: float | None = field(default=None, repr=False, compare=False)
     q_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
     k_rope_sq_norm: float | None = field(default=None, repr=False, compare=False)
-    #: the kind whose K and V are scanned lazily: a short query (``Sq <=``
+    #: True for the kind whose K and V are scanned lazily, a short query (``Sq <=``
     #: :data:`~flashlab.tiling.DECODE_MAX_SQ`) without RoPE operands, made by the kernel API's
     #: forward (``prepare(lazy_kv=True)``). A decode step is itself one pass over K and V, and
     #: a separate scan first doubled its reads: the decode kernel checks what it reads, and a

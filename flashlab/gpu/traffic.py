@@ -41,7 +41,7 @@ __all__ = ["COUNTER_SLOTS", "METADATA_ARGUMENTS", "ArrayRequests", "RequestLog",
 #: length of the int64 counter array the counting kernels add into (read bytes, write bytes)
 COUNTER_SLOTS = 2
 
-#: kernel arguments outside the traffic convention: the kernels' own ``counter``
+#: kernel arguments outside the traffic convention, the kernels' own ``counter``
 #: (instrumentation) and the skip tables ``kv_blocks`` / ``q_blocks`` (launch metadata, 16 bytes
 #: per query / key block)
 METADATA_ARGUMENTS = ("counter", "kv_blocks", "q_blocks")

@@ -421,7 +421,7 @@ def predict(chip: ChipModel, batch: int, heads: int, sq: int, sk: int, d: int, d
                       cube, vector, "cube" if cube >= vector else "vector")
 
 
-#: the issue's target: within 25 % of the held-out measurements
+#: the target, within 25 % of the held-out measurements
 TARGET = 0.25
 
 

@@ -14,11 +14,11 @@ fp32 scores and partial outputs (4 bytes), 5 vector operations and one exponenti
 $$
 \begin{aligned}
 c_p &= \lambda_v + \frac{5mn + mn + m}{r_v} + \frac{4mn}{w}
-  &&\text{(the softmax task: operations, exponentials, reading } S\text{)}\\
+&&\text{(the softmax task: operations, exponentials, reading } S\text{)}\\
 c_{gu} &= \lambda_v + \frac{2md}{r_v} + \frac{4md}{w}
-  &&\text{(the rescale task: operations, reading } O_{part}\text{)}\\
+&&\text{(the rescale task: operations, reading } O_{part}\text{)}\\
 c_{qk} + c_{pv} &= \frac{2 \cdot mnd}{16^3} + 6\lambda_c + 2\lambda_f + \frac{4m(n + d)}{w}
-  &&\text{(the Cube and FixPipe, serial through the one L0C slot)}
+&&\text{(the Cube and FixPipe, serial through the one L0C slot)}
 \end{aligned}
 $$
 
@@ -47,7 +47,7 @@ __all__ = ["REFERENCE", "fit_rates", "ASCEND_910B_CALIBRATED_CORE", "sim_stage_c
            "reference_qblock"]
 
 _ST = FIT["stage_cycles"]
-#: the reference tile of the fit: rows, keys, head dim, bytes per element (fp16)
+#: the reference tile of the fit (rows, keys, head dim, bytes per element of fp16)
 REFERENCE = {"rows": _ST["tile"]["rows"], "cols": _ST["tile"]["cols"], "d": _ST["tile"]["d"], "elem": 2}
 #: the cube clock the stage cycles count (the 910B2's 1.8 GHz)
 _CLOCK = CHIPS["910B2"].clock.value
@@ -127,7 +127,7 @@ def _calibrated_core() -> HardwareProfile:
     return dataclasses.replace(base, name="Ascend 910B AI Core (calibrated)", core=new)
 
 
-#: the AI Core profile of the book's pipeline chapter: ``ASCEND_910B_AI_CORE`` with its Vector
+#: the AI Core profile of the book's pipeline chapter, ``ASCEND_910B_AI_CORE`` with its Vector
 #: rate, workspace bandwidth and Cube start latency fitted to the calibrated model (module docstring)
 ASCEND_910B_CALIBRATED_CORE = _calibrated_core()
 

@@ -50,7 +50,7 @@ class RooflinePoint:
 
     @property
     def bytes_moved(self) -> float:
-        """Bytes of main-memory traffic: ``flops / intensity`` (NaN when ``flops`` is)."""
+        """Bytes of main-memory traffic, ``flops / intensity`` (NaN when ``flops`` is)."""
         return self.flops / self.intensity
 
     @property
