@@ -473,7 +473,7 @@ alibi_sqrt, dropout_p, seed, offset, softcap : as in :func:`flash_attention`,
     door : as in :func:`flash_attention` (the names the error messages use)
     problem : the checked problem the forward ran (``flash_attention(problem=...)``), instead
         of q, k, v and the options: a training step's backward checks only what it adds
-        (``do``, ``o``, ``lse``; issue 22 measured the full check at ~40 % of a small call).
+        (``do``, ``o``, ``lse``; checking everything again is a large share of a small call).
         Run with this call's ``block_q``/``block_k``; ``return_dbias`` gives dbias in the
         problem's 4-D broadcast bias shape
     tiles : also return the tiles the backward visited, (B, H, n_qblocks) int64 (the

@@ -429,7 +429,7 @@ def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
     """The model against both held-out tables of :data:`HELD_OUT`, row by row.
 
     ``{"multi_core": [...], "few_cores": [...]}``, each row a dict with ``cores``, ``sq``, ``sk``,
-    ``measured_us``, ``model_us``, ``error`` (model / measured - 1) and ``met``
+    ``measured_us``, ``model_us``, ``error`` (``model_us / measured_us - 1``) and ``met``
     ($|\\text{error}| \\le$ :data:`TARGET`). ``multi_core`` is the 24-core table at $S_0 = S_1 = S$
     (the fitted row included, marked by ``fitted``); ``few_cores`` the README's 1-8 core table,
     $S_0 = 128 \\times$ cores (one q-block per core), $S_1$ in its columns. fp16, $B = 1$, one head,
