@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flashlab import flops, ledgers, rect, tiling
-from flashlab.bench.paired import MIN_ROUNDS, RESOLUTION, PairedRatio, paired_ratio_of_rows
 from flashlab.dataflows import DATAFLOWS, IDEAS, KERNEL_STEPS, REMOVES, Dataflow, Idea, StepName
+from flashlab.paired import MIN_ROUNDS, RESOLUTION, PairedRatio, paired_ratio_of_rows
 from flashlab.pipeline import calibrated
 from flashlab.pipeline.calibrated import ChipModel
 
@@ -274,7 +274,7 @@ def cpu_ratio(a: dict | list[dict], b: dict | list[dict]) -> PairedRatio:
     stores the ratio against the others of its round (``"paired_vs"``): it is read from there. Other
     rows (a run on the wall clock), and lists of rows whose times are summed round by round (a
     forward and its backward), are computed from the times by the same
-    :func:`flashlab.bench.paired_ratio`.
+    :func:`flashlab.paired.paired_ratio`.
     """
     if isinstance(a, dict) and isinstance(b, dict) and a["impl"] in b.get("paired_vs", {}):
         return PairedRatio.from_dict(b["paired_vs"][a["impl"]])

@@ -1,4 +1,4 @@
-"""The paired ratio of interleaved timings and its bootstrap interval (flashlab.bench.paired), the
+"""The paired ratio of interleaved timings and its bootstrap interval (flashlab.paired), the
 CPU-clock rounds that stop once every ratio resolves (bench.time_paired), and the merge of runs at
 different sizes. The timings are injected: nothing here is timed."""
 from __future__ import annotations
@@ -8,8 +8,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from flashlab import bench
-from flashlab.bench import paired
+from flashlab import bench, paired
 from tests.test_bench import config_from_cli
 
 

@@ -42,7 +42,7 @@ PACKAGE = ROOT / "flashlab"
 TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "base": {"base": [
         ("flashlab._lazy", "flashlab.data", "flashlab.arguments", "flashlab.tiling", "flashlab.dataflows",
-         "flashlab.memory", "flashlab.viz.code"),
+         "flashlab.memory", "flashlab.viz.code", "flashlab.paired"),
         # the closed-form cost models, one idea each: step ledgers, traffic (the Traffic type
         # lives here, below the CUDA twin that returns it), FLOP counts and intensities
         ("flashlab.ledgers",),

@@ -54,7 +54,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
       "flashlab.pipeline.timing", "flashlab.pipeline.settings", "flashlab.pipeline.calibrated",
       "flashlab.pipeline.core_fit")),
     ("The tile walk, memory measurement and benchmarks",
-     ("flashlab.walk", "flashlab.replay", "flashlab.memory", "flashlab.bench", "flashlab.data")),
+     ("flashlab.walk", "flashlab.replay", "flashlab.memory", "flashlab.paired", "flashlab.bench", "flashlab.data")),
     ("Drawings",
      ("flashlab.viz", "flashlab.viz.style", "flashlab.viz.code", "flashlab.viz.tiles",
       "flashlab.viz.roofline", "flashlab.viz.hierarchy", "flashlab.viz.backward",

@@ -26,7 +26,7 @@ What is measured for each case
       in the next one's time. The backward times the backward alone (the forward's outputs
       are ready). With ``--clock cpu`` (the default of ``--mla-only``) the clock is the process's
       CPU time with every library on one thread, and the rounds go on until every paired ratio
-      resolves (:func:`time_paired`, ``flashlab.bench.paired``).
+      resolves (:func:`time_paired`, ``flashlab.paired``).
     * **GFLOP/s**: the matmul FLOPs of the case over its time, the same count for every
       implementation of a case, so GFLOP/s ratios are time ratios:
       :func:`flashlab.flops.attention_flops` (forward, ``4 N^2 D`` per head at ``D = Dv``) and
@@ -143,16 +143,6 @@ from flashlab.bench.measure import (
                                    time_interleaved,
                                    time_paired,
 )
-from flashlab.bench.paired import (
-                                   BOOTSTRAP_SAMPLES,
-                                   BOOTSTRAP_SEED,
-                                   CONFIDENCE,
-                                   MIN_ROUNDS,
-                                   RESOLUTION,
-                                   PairedRatio,
-                                   paired_ratio,
-                                   paired_ratio_of_rows,
-)
 from flashlab.bench.report import (
                                    backward_over_forward,
                                    case_table,
@@ -176,6 +166,16 @@ from flashlab.bench.suite import (
 )
 from flashlab.bench.targets import TARGETS, evaluate_targets, find_case
 from flashlab.dataflows import DATAFLOWS
+from flashlab.paired import (
+                                   BOOTSTRAP_SAMPLES,
+                                   BOOTSTRAP_SEED,
+                                   CONFIDENCE,
+                                   MIN_ROUNDS,
+                                   RESOLUTION,
+                                   PairedRatio,
+                                   paired_ratio,
+                                   paired_ratio_of_rows,
+)
 
 #: every public name of the submodules, and the MLA dataflows the suite runs
 __all__ = [

@@ -20,9 +20,9 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from flashlab.bench.config import Case
-from flashlab.bench.paired import paired_ratio
 from flashlab.bench.runners import Clock, Runner, make_runner
 from flashlab.bench.runners import call_seconds as _seconds
+from flashlab.paired import paired_ratio
 
 __all__ = ["available_bytes", "peak_extra_memory", "measure_memory", "CaseFailed", "measure_fresh",
            "run_worker", "time_interleaved", "time_paired", "single_thread", "matmul_gflops", "numba_first_call"]
@@ -223,7 +223,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
                 clock: Clock = time.process_time, matmul_n: int = 4096, matmul_repeats: int = 1
                 ) -> tuple[dict[Case, dict], dict, dict]:
     """Time ``cases`` (one shape, several implementations) call by call until every paired ratio
-    resolves (``flashlab.bench.paired``).
+    resolves (``flashlab.paired``).
 
     Each case gets one warm-up call; then rounds in which each case is timed once, in turn, the
     order reversed every other round (A B C, C B A, ...), so that no case always follows the same
@@ -235,7 +235,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     or at ``max_rounds``, or once the timed calls add up to ``max_timed_seconds`` per case.
 
     Returns ``({case: {"seconds", "times", "paired_vs"}}, matmul, {"rounds", "resolved",
-    "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.bench.paired_ratio` of
+    "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.paired.paired_ratio` of
     the other's times over this one's (its speed against the other, as ``speed_vs``), as a dict;
     ``matmul``: numpy's float32 ``matmul_n`` cubed on the same clock after the rounds; a case that
     raised ``MemoryError`` gets ``{"error": reason}``.

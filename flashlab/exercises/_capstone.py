@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.exercises._core import Feedback, Mistake, call_quietly, judge, row_steps
+from flashlab.exercises._core import Feedback, Mistake, call_quietly, judge
 from flashlab.reference import attention_reference
 
 __all__ = ["check_flash_tile_loop", "tile_loop", "TILE_LOOP_MISTAKES"]
@@ -74,14 +74,12 @@ def tile_loop(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, block
             if skip(i0, i1, j0):
                 continue
             s = scores(i0, i1, j0, j1)
-            # m' = max(m, rowmax S), alpha = e^(m - m'), alpha l: the kernels' per-row update
-            m_new, alpha, l_scaled = row_steps(m, l, s.max(axis=1))
-            if mistake == "no_rescale":
-                alpha, l_scaled = np.ones_like(l), l
+            m_new = np.maximum(m, s.max(axis=1))             # m' = max(m, rowmax S)
             safe = np.where(np.isneginf(m_new), 0.0, m_new)
             p = np.exp(s - safe[:, None])                    # P~ = e^(S - m')
-            l = l_scaled + p.sum(axis=1)                     # l' = e^(m-m') l + rowsum P~
-            acc = alpha[:, None] * acc + p @ v[j0:j1]        # O~' = e^(m-m') O~ + P~ V_j
+            alpha = 1.0 if mistake == "no_rescale" else np.exp(m - safe)   # e^(m - m')
+            l = alpha * l + p.sum(axis=1)                    # l' = e^(m-m') l + rowsum P~
+            acc = (alpha * acc.T).T + p @ v[j0:j1]           # O~' = e^(m-m') O~ + P~ V_j
             m = m_new
         with np.errstate(divide="ignore", invalid="ignore"):
             o[i0:i1] = np.where(l[:, None] > 0, acc / np.where(l > 0, l, 1.0)[:, None], 0.0)

@@ -24,9 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flashlab.kernels.rowstep import online_row_step
-
-__all__ = ["row_steps", "Feedback", "Mistake", "call_student", "call_quietly", "with_hint", "close",
+__all__ = ["Feedback", "Mistake", "call_student", "call_quietly", "with_hint", "close",
            "close_elements", "diagnose", "judge", "call_cases", "diagnose_cases", "fmt",
            "FLOAT32_PRECISION", "FLOAT16_PRECISION", "STRUCTURAL"]
 
@@ -36,11 +34,6 @@ FLOAT32_PRECISION = (1e-5, 1e-6)
 #: ``(rtol, atol)`` a float16 computation meets (unit roundoff 2^-11 = 4.9e-4): an answer within
 #: this but not within the checker's own precision was computed (or kept) in half precision
 FLOAT16_PRECISION = (2e-2, 2e-3)
-
-#: the kernels' per-row update (:func:`flashlab.kernels.rowstep.online_row_step`) on arrays of rows:
-#: ``m_new, alpha, l_scaled = row_steps(m, l, tile_max)``, each (rows,) float64; the exercises'
-#: reference answers call it instead of writing the update again
-row_steps = np.vectorize(online_row_step, otypes=[float, float, float])
 
 #: failures of :func:`diagnose` that no known mistake can explain: reported as they are
 STRUCTURAL = ("returned_none", "not_an_array")

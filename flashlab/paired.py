@@ -29,7 +29,7 @@ MIN_ROUNDS = 10
 CONFIDENCE = 0.95
 #: bootstrap resamples of the rounds
 BOOTSTRAP_SAMPLES = 4000
-#: the bootstrap's seed: the same timings always give the same interval
+#: the seed of the bootstrap, so that the same timings always give the same interval
 BOOTSTRAP_SEED = 0
 
 
