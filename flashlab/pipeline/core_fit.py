@@ -41,7 +41,7 @@ import functools
 from flashlab.pipeline.calibrated import CHIPS, FIT, PTO_COST_MODEL
 from flashlab.pipeline.params import Engine, HardwareProfile, Param
 from flashlab.pipeline.profiles import ASCEND_910B_AI_CORE
-from flashlab.pipeline.schedule import simulate_fa
+from flashlab.pipeline.schedule import BASE_K, RESCALE_OPS, SOFTMAX_OPS, simulate_fa
 
 __all__ = ["REFERENCE", "fit_rates", "ASCEND_910B_CALIBRATED_CORE", "sim_stage_cycles",
            "reference_qblock"]
@@ -51,10 +51,8 @@ _ST = FIT["stage_cycles"]
 REFERENCE = {"rows": _ST["tile"]["rows"], "cols": _ST["tile"]["cols"], "d": _ST["tile"]["d"], "elem": 2}
 #: the cube clock the stage cycles count (the 910B2's 1.8 GHz)
 _CLOCK = CHIPS["910B2"].clock.value
-#: vector operations per score and per element of O (build_fa_graph's defaults), fp32 bytes
-_SOFTMAX_OPS, _RESCALE_OPS, _ACC = 5, 2, 4
-#: chunks of 64 along the reduction axis (build_fa_graph's base_k): QK^T over d, PV over n
-_BASE_K = 64
+#: bytes of an fp32 score or partial output (S and O_part in the GM workspace)
+_ACC = 4
 
 
 def fit_rates(qk: float, p: float, pv: float, gu: float, base: HardwareProfile = ASCEND_910B_AI_CORE
@@ -72,14 +70,14 @@ def fit_rates(qk: float, p: float, pv: float, gu: float, base: HardwareProfile =
     lam_v, lam_f = core.vector.latency.value * f, core.acc_out.latency.value * f
     m, n, d = REFERENCE["rows"], REFERENCE["cols"], REFERENCE["d"]
     # p - lam_v = a1 / r_v + b1 / w and gu - lam_v = a2 / r_v + b2 / w: linear in 1/r_v, 1/w
-    a1, b1 = (_SOFTMAX_OPS + 1) * m * n + m, _ACC * m * n
-    a2, b2 = _RESCALE_OPS * m * d, _ACC * m * d
+    a1, b1 = (SOFTMAX_OPS + 1) * m * n + m, _ACC * m * n
+    a2, b2 = RESCALE_OPS * m * d, _ACC * m * d
     y1, y2 = p - lam_v, gu - lam_v
     det = a1 * b2 - a2 * b1
     inv_r = (y1 * b2 - y2 * b1) / det
     inv_w = (a1 * y2 - a2 * y1) / det
     # qk + pv = 2 m n d / 16^3 + 6 lam_c + 2 lam_f + 4 m (n + d) / w
-    chunks = d // _BASE_K + n // _BASE_K
+    chunks = d // BASE_K + n // BASE_K
     lam_c = (qk + pv - 2 * m * n * d / 16 ** 3 - 2 * lam_f - _ACC * m * (n + d) * inv_w) / chunks
     if inv_r <= 0 or inv_w <= 0:
         raise ValueError(f"stage cycles p={p}, gu={gu} have no solution with positive Vector rate and "

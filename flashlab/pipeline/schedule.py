@@ -80,15 +80,22 @@ from flashlab.pipeline.loads import iterate_all_loads, own_mte2_loads
 from flashlab.pipeline.params import HardwareProfile
 from flashlab.pipeline.simulate import SimResult, TaskGraph, check_memory, simulate
 
-__all__ = ["build_fa_graph", "simulate_fa"]
+__all__ = ["build_fa_graph", "simulate_fa", "BASE_K", "SOFTMAX_OPS", "RESCALE_OPS"]
+
+#: the default chunk of the reduction axis per Cube task (elements)
+BASE_K = 64
+#: the default vector operations per score of the online softmax (each score also pays one exponential)
+SOFTMAX_OPS = 5
+#: the default vector operations per element of O in the rescale
+RESCALE_OPS = 2
 
 
 def build_fa_graph(profile: HardwareProfile, strategy: str, seq_q: int, seq_kv: int, d_qk: int,
                    d_v: int, block_q: int, block_k: int, *, n_buffers: int | None = None,
                    pad_v: bool = False, split_rope: int = 0, lookahead: int = 1,
-                   base_k: int = 64, l0_buffers: int = 2, l0c_buffers: int | None = None,
-                   kv_source: str = "hbm", dtype_bytes: int = 2, softmax_ops: int = 5,
-                   rescale_ops: int = 2) -> TaskGraph:
+                   base_k: int = BASE_K, l0_buffers: int = 2, l0c_buffers: int | None = None,
+                   kv_source: str = "hbm", dtype_bytes: int = 2, softmax_ops: int = SOFTMAX_OPS,
+                   rescale_ops: int = RESCALE_OPS) -> TaskGraph:
     """The task graph of the FlashAttention forward on one core of ``profile``.
 
     Parameters
