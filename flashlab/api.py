@@ -23,11 +23,11 @@ from flashlab.arguments import as_bool
 from flashlab.kernels import backward as _kbackward
 from flashlab.kernels import decode as _kdecode
 from flashlab.kernels import forward as _kforward
-from flashlab.kernels.decode import DECODE_MAX_SQ, kv_splits
+from flashlab.kernels.decode import kv_splits
 from flashlab.kernels.options import NO_MASK, NO_SLOPES, TileOptions, no_operand
 from flashlab.masks import kv_block_range
 from flashlab.numba_cache import thread_safe
-from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits
+from flashlab.tiling import BACKWARD_BLOCK, DV_SLICE_ROWS, FORWARD_BLOCK, cdiv, q_splits, runs_decode
 from flashlab.validation import (
     KERNEL,
     Door,
@@ -204,7 +204,7 @@ def uses_decode(p: Problem) -> bool:
     RoPE operands: then the tiled forward would have one matrix-vector work item per head
     and read each kv head's K and V once per query head of its group.
     """
-    return p.q.shape[2] <= DECODE_MAX_SQ and p.block_q >= p.q.shape[2] and p.q_rope is None
+    return runs_decode(p.q.shape[2], p.block_q, p.q_rope is not None)
 
 
 def _decode_forward(p: Problem, q, k, v, options: TileOptions, ct, o, lse, row_max,

@@ -14,7 +14,7 @@ benchmark all import the same numbers without importing each other.
 from __future__ import annotations
 
 __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "DV_SLICE_ROWS", "MIN_WORK_ITEMS", "q_splits",
-           "cdiv", "DECODE_MAX_SQ", "KV_RESIDENT", "check_hit_rate", "kv_reread_factor"]
+           "cdiv", "DECODE_MAX_SQ", "runs_decode", "KV_RESIDENT", "check_hit_rate", "kv_reread_factor"]
 
 #: The tiled forward is replaced by the split-KV decode kernel (:mod:`flashlab.kernels.decode`)
 #: when ``Sq <= DECODE_MAX_SQ`` (and the query fits one q-block, no RoPE operands). Decode and
@@ -22,6 +22,12 @@ __all__ = ["FORWARD_BLOCK", "BACKWARD_BLOCK", "DV_SLICE_ROWS", "MIN_WORK_ITEMS",
 #: *Measurements behind the defaults*). Here, below :mod:`flashlab.validation`, because a problem
 #: of that kind has its K and V scanned lazily (:attr:`flashlab.validation.Problem.lazy_kv`).
 DECODE_MAX_SQ = 16
+
+
+def runs_decode(sq: int, block_q: int, has_rope: bool) -> bool:
+    """Whether a forward of ``sq`` query rows in q-blocks of ``block_q`` runs the split-KV decode
+    kernel: a short query (``sq <= DECODE_MAX_SQ``) that fits one q-block, without RoPE operands."""
+    return sq <= DECODE_MAX_SQ and block_q >= sq and not has_rope
 
 #: The forward's default tile sizes ``(block_q, block_k)``, chosen by timing the candidates
 #: against torch SDPA in turn (the figures are in the book's *Measurements behind the

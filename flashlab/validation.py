@@ -27,7 +27,7 @@ from flashlab.dropout import keep_threshold
 from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
 from flashlab.masks import band_from, clamp_band
 from flashlab.numba_cache import thread_safe
-from flashlab.tiling import DECODE_MAX_SQ, FORWARD_BLOCK
+from flashlab.tiling import FORWARD_BLOCK, runs_decode
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
            "prepare", "prepare_like", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
@@ -339,7 +339,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     c = contiguous
     q, k, v = c(q), c(k), c(v)
     q_rope, k_rope = (None, None) if q_rope is None else (c(q_rope), c(k_rope))
-    lazy_kv = bool(lazy_kv) and Sq <= DECODE_MAX_SQ and q_rope is None
+    lazy_kv = bool(lazy_kv) and runs_decode(Sq, block_q, q_rope is not None)
     norms = _operand_norms(door, q, k, v, lazy_kv)
     if q_rope is not None:
         norms.update(_finite(door, q_rope=q_rope, k_rope=k_rope))
