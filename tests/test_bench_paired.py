@@ -3,6 +3,7 @@ CPU-clock rounds that stop once every ratio resolves (bench.time_paired), and th
 different sizes. The timings are injected: nothing here is timed."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 
 import numpy as np
@@ -122,6 +123,33 @@ def test_rounds_stop_once_every_ratio_resolves(monkeypatch):
     assert matmul["n"] == 16
 
 
+def test_warm_each_times_every_call_right_after_one_of_its_own(monkeypatch):
+    a, b = _rounds(60, 1.10, noise=0.01, shared=0.2, seed=4)
+    # each timed call is preceded by an untimed one: give those a time of their own (never read)
+    order = _inject(monkeypatch, {"flashlab": [x for t in b for x in (9.0, t)],
+                                  "numpy_naive": [x for t in a for x in (9.0, t)]})
+    timed, _, rounds = bench.time_paired(_cases(), min_rounds=10, max_rounds=60, matmul_n=16,
+                                         warm_each=True)
+    assert rounds["rounds"] == 10 and rounds["resolved"]
+    fl, nv = (timed[c] for c in _cases())
+    assert fl["times"] == b[:10] and nv["times"] == a[:10]    # the untimed calls' 9.0 never counted
+    # warm-ups, then each case twice in a row (untimed, timed), the order reversed every round
+    assert order[2:10] == ["flashlab"] * 2 + ["numpy_naive"] * 4 + ["flashlab"] * 2
+
+
+def test_the_user_clock_leaves_out_system_time():
+    # a page-touching allocation spends system time: the user clock does not count it
+    t_cpu, t_user = time.process_time(), bench.user_time()
+    for _ in range(20):
+        np.ones(1 << 24, dtype=np.uint8)
+    sys_part = (time.process_time() - t_cpu) - (bench.user_time() - t_user)
+    assert sys_part > 0.0
+    assert bench.measure.PAIRED_CLOCKS == {"cpu": time.process_time, "user": bench.user_time}
+    assert bench.BenchConfig(clock="user").paired and not bench.BenchConfig().paired
+    with pytest.raises(ValueError, match="directions"):
+        bench.BenchConfig(directions=("sideways",))
+
+
 def test_rounds_stop_at_the_cap_when_the_noise_never_resolves(monkeypatch):
     a, b = _rounds(30, 1.0, noise=0.5, shared=0.0, seed=5)
     _inject(monkeypatch, {"flashlab": b, "numpy_naive": a})
@@ -147,6 +175,10 @@ def test_the_cpu_clock_in_the_configuration_and_the_command_line(monkeypatch, tm
     cfg = config_from_cli(monkeypatch, ["--mla-only", "--clock", "wall", "--out", str(tmp_path)])
     assert cfg.clock == "wall"
     assert bench.FULL.clock == "wall"          # the full suite keeps the wall clock
+    cfg = config_from_cli(monkeypatch, ["--fused-only", "--out", str(tmp_path)])
+    assert (cfg.clock, cfg.warm_each, cfg.settle_seconds, cfg.sizes) == ("user", True, 0.0, (4096,))
+    assert cfg.directions == ("forward",) and cfg.baselines == ("numpy_naive",) and cfg.shapes == ((128, 128),)
+    assert not (cfg.mla_sizes or cfg.decode_sizes or cfg.memory_sizes) and cfg.causal == (False,)
 
 
 def _part(sizes, load):

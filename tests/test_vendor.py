@@ -260,3 +260,32 @@ def test_the_committed_cpu_ratios_are_their_stored_medians():
     s = int(re.search(r"S = (\d+)", e.note).group(1))
     stored = PairedRatio.from_dict(rows["mla:native_v", "forward", s]["paired_vs"]["mla:baseline"])
     assert e.text.startswith(f"{stored.median:.2f} (") or e.text.startswith("unresolved")
+
+
+def test_the_fused_rows_cpu_cells_read_the_cpu_clock_run(tmp_path):
+    """The CPU cells of "llama_step" and "cann_5x" are numpy naive / flashlab forward of
+    ``bench_fused_cpu.json`` (one thread's user-mode CPU time, paired rounds, each timed call after
+    one of the same case), and they follow its times."""
+    path = vendor.DATA_DIR / "bench_fused_cpu.json"
+    run = json.loads(path.read_text())
+    assert run["config"]["clock"] == "user" and run["config"]["warm_each"] and run["machine"]["numba_threads"] == 1
+    rows = {r["impl"]: r for r in run["cases"] if r["section"] == "attention" and r["direction"] == "forward"
+            and r["status"] == "ok" and not r["causal"] and r["d_qk"] == 128}
+    stored = PairedRatio.from_dict(rows["flashlab"]["paired_vs"]["numpy_naive"])
+    assert stored.resolved, stored        # the committed run tells a 10 % effect from none
+    for key in ("llama_step", "cann_5x"):
+        e = vendor.row(key).estimates["cpu"]
+        lo_hi = f"({stored.low:.2f}–{stored.high:.2f})"
+        assert e.text == (f"{stored.median:.2f} {lo_hi}" if stored.resolved else f"unresolved {lo_hi}"), e.text
+        assert f"N = {rows['flashlab']['n']}" in e.note and "user-mode CPU time" in e.note
+    for r in run["cases"]:
+        if r["impl"] == "numpy_naive" and r["direction"] == "forward":
+            r["times"] = [2 * t for t in r["times"]]
+    for r in run["cases"]:
+        r.pop("paired_vs", None)       # the ratio is then computed from the times
+    doubled = tmp_path / "bench_fused_doubled.json"
+    doubled.write_text(json.dumps(run))
+    again = vendor.cpu_ratio([r for r in run["cases"] if r["impl"] == "numpy_naive"][0], rows["flashlab"])
+    assert again.median == pytest.approx(2 * stored.median)     # the times doubled, the ratio follows
+    after = vendor.row("llama_step", bench_json=str(doubled)).estimates["cpu"]
+    assert f"{2 * stored.median:.2f}" in after.text + after.note

@@ -142,6 +142,7 @@ from flashlab.bench.measure import (
                                    single_thread,
                                    time_interleaved,
                                    time_paired,
+                                   user_time,
 )
 from flashlab.bench.report import (
                                    backward_over_forward,
@@ -190,7 +191,8 @@ __all__ = [
     "evaluate_targets", "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason",
     "shape_key", "backward_products", "backward_ceiling", "CEILING_PROBLEMS", "ceiling_run",
     "ceiling_lines", "run_group", "run_suite", "main", "DATAFLOWS", "CLOCKS", "Clock",
-    "single_thread", "time_paired", "RESOLUTION", "MIN_ROUNDS", "CONFIDENCE", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED",
+    "single_thread", "time_paired", "user_time",
+    "RESOLUTION", "MIN_ROUNDS", "CONFIDENCE", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED",
     "PairedRatio", "paired_ratio", "paired_ratio_of_rows", "merge_results", "SINGLE_THREAD_ENV",
     "CPU_CLOCK_NOTE",
 ]

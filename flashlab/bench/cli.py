@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from flashlab.bench.ceiling import ceiling_lines, ceiling_run
-from flashlab.bench.config import FULL, QUICK
+from flashlab.bench.config import CLOCKS, FULL, QUICK
 from flashlab.bench.measure import run_worker
 from flashlab.bench.report import load_results, merge_results, save_results, to_markdown
 from flashlab.bench.suite import run_suite
 
-__all__ = ["main"]
+__all__ = ["main", "FUSED_SIZES"]
+
+#: ``--fused-only``'s N: the vendor's fused case is S = 4096 (:data:`flashlab.vendor.FUSED_CASE`)
+FUSED_SIZES = (4096,)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mla-only", action="store_true", help="only the MLA section (its dataflows, "
                     "and flashlab and torch SDPA at the concatenated 192/128)")
     ap.add_argument("--mla-sizes", type=int, nargs="+", help="MLA S values")
-    ap.add_argument("--clock", choices=("wall", "cpu"), help="time by wall time, each library on its "
-                    "own threads (the default), or by the process's CPU time on one thread, rounds "
-                    "until the paired ratios resolve ±5 %% (the default of --mla-only)")
+    ap.add_argument("--clock", choices=CLOCKS, help="time by wall time, each library on its "
+                    "own threads (the default), by the process's CPU time on one thread, rounds "
+                    "until the paired ratios resolve ±5 %% (cpu, the default of --mla-only), or by "
+                    "its user-mode part (user, the default of --fused-only)")
+    ap.add_argument("--fused-only", action="store_true", help="only the fused vendor rows' CPU "
+                    "cells: numpy naive and flashlab forward, D = 128, non-causal, N = 4096 (or "
+                    "--sizes), on the user-mode CPU clock, each timed call right after one of the same case")
     ap.add_argument("--min-rounds", type=int, help="--clock cpu: rounds before the first check")
     ap.add_argument("--max-rounds", type=int, help="--clock cpu: rounds at most")
     ap.add_argument("--max-timed-seconds", type=float, help="timed seconds per case at most")
@@ -102,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         # the MLA ratios feed the vendor table's CPU column: timed on the CPU clock by default
         changes.update(sizes=(), first_call=None, simulator_tasks=None, tile_explorer=False,
                        pipeline_explorer=False, decode_sizes=(), clock="cpu")
+    if args.fused_only and (args.mla_only or args.decode_only):
+        ap.error("--fused-only excludes --mla-only and --decode-only")
+    if args.fused_only:
+        changes.update(sizes=changes.get("sizes", FUSED_SIZES), shapes=((128, 128),), causal=(False,),
+                       directions=("forward",), baselines=("numpy_naive",), mla_sizes=(),
+                       decode_sizes=(), memory_sizes=(), first_call=None, simulator_tasks=None,
+                       tile_explorer=False, pipeline_explorer=False, clock="user", warm_each=True,
+                       settle_seconds=0.0)
     for name in ("mla_sizes", "clock", "min_rounds", "max_rounds", "max_timed_seconds", "settle_seconds"):
         value = getattr(args, name)
         if value is not None:
@@ -120,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = save_results(result, out)
     print(to_markdown(result))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
-    if not (args.no_overhead or args.no_torch or args.mla_only or args.decode_only):
+    if not (args.no_overhead or args.no_torch or args.mla_only or args.decode_only or args.fused_only):
         lines = _overhead(out, args.repeats or (100 if args.quick else 300))
         if lines:
             # the overhead section goes at the end of the suite's report

@@ -22,7 +22,7 @@ BASELINES = ("numpy_naive", "torch_sdpa")
 HAS_BACKWARD = ("flashlab", "torch_sdpa")
 DIRECTIONS = ("forward", "backward")
 #: the clocks a run can time with (:class:`BenchConfig` ``clock``)
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("wall", "cpu", "user")
 #: version of the JSON layout written by :func:`run_suite`
 SCHEMA = 1
 MB = 10 ** 6
@@ -52,10 +52,13 @@ class BenchConfig:
     - ``mla_sizes``, ``mla_heads``, ``mla_dims``, ``mla_memory_sizes``: the MLA section: S, H,
       (NoPE, RoPE, V) head dims, and the S measured in fresh processes (``None``: every S);
     - ``clock``: ``"wall"`` (``time.perf_counter``, the implementations' own threads:
-      :func:`time_interleaved`) or ``"cpu"`` (the process's CPU time with every library on one
-      thread, rounds until the paired ratios resolve: :func:`time_paired`);
-      ``min_rounds``, ``max_rounds``: the rounds of the ``"cpu"`` clock (``max_timed_seconds``
-      caps them too);
+      :func:`time_interleaved`), ``"cpu"`` (the process's CPU time with every library on one
+      thread, rounds until the paired ratios resolve: :func:`time_paired`) or ``"user"`` (the
+      same rounds on the user-mode part of that time, :func:`user_time`: without the kernel's
+      work for the process, page faults above all); ``min_rounds``, ``max_rounds``: the rounds
+      of the paired clocks (``max_timed_seconds`` caps them too); ``warm_each``: on those
+      clocks, each timed call right after an untimed call of the same case (:func:`time_paired`);
+    - ``directions``: the directions of the main section's cases (a subset of ``DIRECTIONS``);
     - ``matmul_n``, ``matmul_repeats``: the numpy float32 matmul that sets the practical peak;
     - ``first_call``: :func:`numba_first_call`: ``"compile"`` (compile from an empty cache,
       tens of seconds, then the cache load), ``"cache"`` (the cache load only) or ``None``;
@@ -93,6 +96,8 @@ class BenchConfig:
     clock: str = "wall"
     min_rounds: int = 10
     max_rounds: int = 60
+    warm_each: bool = False
+    directions: tuple[str, ...] = DIRECTIONS
     matmul_n: int = 4096
     matmul_repeats: int = 3
     first_call: str | None = "compile"
@@ -119,6 +124,8 @@ class BenchConfig:
         if self.repeats < 1 or self.decode_repeats < 1:
             raise ValueError(f"repeats and decode_repeats must be >= 1; got {self.repeats}, "
                              f"{self.decode_repeats}")
+        if not self.directions or not set(self.directions) <= set(DIRECTIONS):
+            raise ValueError(f"directions must be a non-empty subset of {DIRECTIONS}; got {self.directions!r}")
         if self.clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}; got {self.clock!r}")
         if not 2 <= self.min_rounds <= self.max_rounds:
@@ -128,6 +135,11 @@ class BenchConfig:
             raise ValueError(f"first_call must be 'compile', 'cache' or None; got {self.first_call!r}")
         if not 0 < self.memory_headroom <= 1:
             raise ValueError(f"memory_headroom must be in (0, 1]; got {self.memory_headroom}")
+
+    @property
+    def paired(self) -> bool:
+        """Whether the run times on one thread's CPU clock, in paired rounds (``"cpu"``, ``"user"``)."""
+        return self.clock != "wall"
 
     def block_for(self, direction: str) -> tuple[int, int]:
         """flashlab's ``(block_q, block_k)`` for cases of ``direction``."""

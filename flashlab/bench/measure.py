@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,8 @@ from flashlab.bench.runners import call_seconds as _seconds
 from flashlab.paired import paired_ratio
 
 __all__ = ["available_bytes", "peak_extra_memory", "measure_memory", "CaseFailed", "measure_fresh",
-           "run_worker", "time_interleaved", "time_paired", "single_thread", "matmul_gflops", "numba_first_call"]
+           "run_worker", "time_interleaved", "time_paired", "single_thread", "matmul_gflops", "numba_first_call",
+           "user_time", "PAIRED_CLOCKS"]
 
 
 def _status_kib(field_name: str) -> int:
@@ -155,12 +157,15 @@ def _warm_runners(cases: list[Case], clock: Clock) -> tuple[dict[Case, Runner], 
 
 
 def _time_round(order: list[Case], runners: dict[Case, Runner], times: dict[Case, list[float]],
-                out: dict[Case, dict], settle_seconds: float) -> None:
-    """One round: each case of ``order`` timed once, after an untimed pause of ``settle_seconds``;
-    a case that raises ``MemoryError`` leaves ``runners`` and ``times`` with its reason in ``out``."""
+                out: dict[Case, dict], settle_seconds: float, warm_each: bool = False) -> None:
+    """One round: each case of ``order`` timed once, after an untimed pause of ``settle_seconds``
+    (and, with ``warm_each``, right after an untimed call of the same case); a case that raises
+    ``MemoryError`` leaves ``runners`` and ``times`` with its reason in ``out``."""
     for c in order:
         time.sleep(settle_seconds)
         try:
+            if warm_each:
+                runners[c].once()
             times[c].append(runners[c].once())
         except MemoryError as e:
             del runners[c], times[c]
@@ -202,6 +207,17 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
     return out, {"n": matmul_n, "seconds": t, "gflops": 2.0 * matmul_n ** 3 / t / 1e9}
 
 
+def user_time() -> float:
+    """Seconds of user-mode CPU time of this process (``getrusage``'s ``ru_utime``): the CPU
+    time :func:`time.process_time` reads, without what the kernel did on the process's behalf
+    (system time: page faults and the zeroing and finding of fresh pages for large arrays)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
+
+
+#: the clocks of :func:`time_paired` by :class:`BenchConfig` ``clock`` name
+PAIRED_CLOCKS: dict[str, Clock] = {"cpu": time.process_time, "user": user_time}
+
+
 def single_thread() -> None:
     """Run this process's compute on one thread from now on: Numba's parallel loops
     (``numba.set_num_threads(1)``), every BLAS (``threadpoolctl``: NumPy's and the SciPy copy
@@ -220,8 +236,8 @@ def single_thread() -> None:
 
 def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60,
                 max_timed_seconds: float = 120.0, settle_seconds: float = 0.0,
-                clock: Clock = time.process_time, matmul_n: int = 4096, matmul_repeats: int = 1
-                ) -> tuple[dict[Case, dict], dict, dict]:
+                clock: Clock = time.process_time, matmul_n: int = 4096, matmul_repeats: int = 1,
+                warm_each: bool = False) -> tuple[dict[Case, dict], dict, dict]:
     """Time ``cases`` (one shape, several implementations) call by call until every paired ratio
     resolves (``flashlab.paired``).
 
@@ -233,6 +249,13 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     and after each one from then on, the median ratio of every pair of cases gets its bootstrap
     interval; the rounds stop when every interval is within ``paired.RESOLUTION`` of its median,
     or at ``max_rounds``, or once the timed calls add up to ``max_timed_seconds`` per case.
+
+    ``warm_each``: every timed call comes right after an untimed call of the same case, so that
+    what a case pays does not depend on the case before it. A call that allocates large arrays
+    (numpy naive's (N, N) scores) pays for fresh memory on the clock (system time), and how much
+    depends on what ran just before and how long ago: after a pause (``settle_seconds``) or
+    another case's call the pages must be found again, after its own call they are at hand. With
+    ``warm_each`` and no pause, each case is timed in its own steady state.
 
     Returns ``({case: {"seconds", "times", "paired_vs"}}, matmul, {"rounds", "resolved",
     "stopped"})``: ``paired_vs[other impl]`` is :func:`~flashlab.paired.paired_ratio` of
@@ -252,7 +275,7 @@ def time_paired(cases: list[Case], *, min_rounds: int = 10, max_rounds: int = 60
     stopped = "max_rounds"
     for rnd in range(max_rounds):
         order = list(times) if rnd % 2 == 0 else list(reversed(times))
-        _time_round(order, runners, times, out, settle_seconds)
+        _time_round(order, runners, times, out, settle_seconds, warm_each)
         if not times:
             break
         # every case has rnd + 1 times here (a failed one is gone)

@@ -212,9 +212,10 @@ def _setup_lines(result: dict, cfg: BenchConfig) -> list[str]:
             f"{[f'{a}/{b}' for a, b in cfg.shapes]}, causal in {list(cfg.causal)}; flashlab "
             f"blocks {cfg.block[0]}x{cfg.block[1]} forward, "
             f"{cfg.backward_block[0]}x{cfg.backward_block[1]} backward; "
-            + (f"time: one thread's CPU time, the median of {cfg.min_rounds} to {cfg.max_rounds} "
+            + (f"time: one thread's {'user-mode ' if cfg.clock == 'user' else ''}CPU time, the median"
+               f" of {cfg.min_rounds} to {cfg.max_rounds} "
                "rounds after a warm-up call, until every paired ratio resolves ±5 %"
-               if cfg.clock == "cpu" else
+               if cfg.paired else
                f"time: the median of up to {cfg.repeats} timed call(s) after a warm-up call")
             + ("; the implementations of a shape timed in turn, round by round"
                if result.get("timing") in ("interleaved", "paired") else

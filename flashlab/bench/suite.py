@@ -19,6 +19,7 @@ from flashlab.bench.decode import decode_bench, decode_ratios
 from flashlab.bench.estimates import case_flops, estimated_bytes, mla_model_peak, tile_fraction
 from flashlab.bench.explorers import pipeline_explorer_timing, tile_explorer_step
 from flashlab.bench.measure import (
+    PAIRED_CLOCKS,
     CaseFailed,
     available_bytes,
     matmul_gflops,
@@ -32,7 +33,7 @@ from flashlab.bench.report import backward_over_forward
 from flashlab.bench.runners import torch_available
 from flashlab.bench.targets import evaluate_targets
 
-__all__ = ["SINGLE_THREAD_ENV", "CPU_CLOCK_NOTE",
+__all__ = ["SINGLE_THREAD_ENV", "CPU_CLOCK_NOTE", "WARM_EACH_NOTE",
            "attention_cases", "mla_cases", "machine_info", "blas_info", "skip_reason", "shape_key",
            "run_group", "run_suite"]
 
@@ -43,7 +44,7 @@ def attention_cases(config: BenchConfig) -> list[Case]:
     return [Case(impl, direction, n, d_qk, d_v, causal, config.batch, config.heads,
                  block=config.block_for(direction))
             for n in config.sizes for d_qk, d_v in config.shapes for causal in config.causal
-            for impl in impls for direction in DIRECTIONS
+            for impl in impls for direction in config.directions
             if direction == "forward" or impl in HAS_BACKWARD]
 
 
@@ -177,12 +178,13 @@ def run_group(cases: list[Case], config: BenchConfig, *, has_torch: bool,
         to_time.append(c)
     if not to_time:
         return rows, None
-    if config.clock == "cpu":
+    if config.paired:
         timed, matmul, rounds = time_paired(to_time, min_rounds=config.min_rounds,
                                             max_rounds=config.max_rounds,
                                             max_timed_seconds=config.max_timed_seconds,
                                             settle_seconds=config.settle_seconds,
-                                            matmul_n=config.matmul_n)
+                                            matmul_n=config.matmul_n, warm_each=config.warm_each,
+                                            clock=PAIRED_CLOCKS[config.clock])
         for c in timed:
             rows[c]["rounds"] = rounds
     else:
@@ -207,7 +209,7 @@ SINGLE_THREAD_ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS
 def _worker_env(config: BenchConfig) -> dict | None:
     """The environment of :func:`measure_fresh`'s processes: this one's, one thread per pool on
     the CPU clock (so the memory is measured with the threads the times are)."""
-    return {**os.environ, **SINGLE_THREAD_ENV} if config.clock == "cpu" else None
+    return {**os.environ, **SINGLE_THREAD_ENV} if config.paired else None
 
 
 CPU_CLOCK_NOTE = (
@@ -220,6 +222,14 @@ CPU_CLOCK_NOTE = (
     "another's) has a 95 % bootstrap interval (rounds resampled, fixed seed) within ±5 % of its "
     "median, or max_rounds, or max_timed_seconds per case; each row's paired_vs holds them and "
     "its rounds how the rounds stopped.")
+
+
+WARM_EACH_NOTE = (
+    "warm_each: every timed call came right after an untimed call of the same case (settle_seconds "
+    "after the case before), so that no case pays for what another left behind. A call that "
+    "allocates large arrays (numpy naive's (N, N) scores) pays for fresh memory in system time, and "
+    "how much depends on what ran before it and how long ago; right after its own call the memory "
+    "is at hand.")
 
 
 def _derive(rows: list[dict]) -> None:
@@ -268,12 +278,12 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
     say = progress or (lambda line: None)
     t_start = time.perf_counter()
     has_torch = "torch_sdpa" in config.baselines and torch_available()
-    if config.clock == "cpu":
+    if config.paired:
         single_thread()
     result: dict[str, Any] = {
         "schema": SCHEMA, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "config": asdict(config),
-        "timing": "paired" if config.clock == "cpu" else "interleaved",
+        "timing": "paired" if config.paired else "interleaved",
         "load_average_start": os.getloadavg(),
     }
     result["notes"] = [
@@ -287,8 +297,10 @@ def run_suite(config: BenchConfig = FULL, *, progress: Callable[[str], None] | N
         "training step (forward + backward) above q, k, v, dO. Workspace = peak extra minus "
         "the returned arrays. MB = 10^6 bytes.",
     ]
-    if config.clock == "cpu":
+    if config.paired:
         result["notes"][0] = CPU_CLOCK_NOTE
+    if config.paired and config.warm_each:
+        result["notes"].append(WARM_EACH_NOTE)
     if "torch_sdpa" in config.baselines and not has_torch:
         result["notes"].append("torch is not installed: torch SDPA cases skipped "
                                "(pip install -r requirements-bench.txt).")

@@ -6,6 +6,8 @@ Each file records the command that wrote it, its date, machine and versions:
 ``bench.json``             ``python -m flashlab.bench --no-mla --no-decode --naive-max-n 8192``
 ``bench_mla.json``         ``python -m flashlab.bench --mla-only --mla-sizes S`` for S = 1024 and 4096 (one
                            thread's CPU time, ``OPENBLAS_CORETYPE`` unset), joined with ``--merge``
+``bench_fused_cpu.json``   ``python -m flashlab.bench --fused-only`` (numpy naive and flashlab's forward at
+                           N = 4096: the fused vendor rows' CPU cells; one thread's user-mode CPU time)
 ``decode.json``            ``python -m flashlab.bench --decode-only``
 ``ceiling.json``           ``python -m flashlab.bench --ceiling-only`` (``OPENBLAS_CORETYPE=Haswell``)
 ``ceiling_avx512.json``    the same with ``OPENBLAS_CORETYPE`` unset (AVX-512 kernels)
