@@ -170,6 +170,15 @@ def test_bad_softcap(bad, error, message):
         flashlab.flash_attention(**x, softcap=bad)
 
 
+def test_flash_attn_scalar_options_use_the_same_softcap_rule():
+    """compat's scalar check (which the torch door runs before its op) is validation's rule."""
+    for bad, error, message in [(1e39, ValueError, r"softcap=1e\+39 overflows float32"),
+                                (-1.0, ValueError, r"softcap must be >= 0.0; got -1.0")]:
+        with pytest.raises(error, match=message):
+            compat.scalar_options(0.0, None, False, (-1, -1), bad, False)
+    assert compat.scalar_options(0.0, None, False, (-1, -1), 50, False)[-1] == 50.0
+
+
 def test_decode_checks_k_before_the_cap():
     """The decode kernel checks K as it reads it: an inf in K is refused, not capped to +-softcap."""
     x, _ = _case(1, 129, "none")
