@@ -63,7 +63,8 @@ from flashlab.pipeline.profiles import INI_910B2
 __all__ = ["PTO", "PTO_README", "PTO_COST_MODEL", "A3_INI", "MSMODELING", "DTYPE_BYTES", "STRATEGIES",
            "ChipModel", "Prediction", "measured", "FIT", "HELD_OUT", "tile_shape", "stage_cycles",
            "contention", "qblock_cycles", "predict", "fit_port_cores", "CHIPS", "chip_model",
-           "with_param", "MECHANISMS", "TARGET", "held_out_errors"]
+           "with_param", "MECHANISMS", "TARGET", "held_out_errors",
+           "onboard_cores"]
 
 # --------------------------------------------------------------------------------------------
 # Sources
@@ -426,14 +427,15 @@ TARGET = 0.25
 
 
 def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
-    """The model against both held-out tables of :data:`HELD_OUT`, row by row.
+    """The model against the held-out measurements of :data:`HELD_OUT`, row by row.
 
-    ``{"multi_core": [...], "few_cores": [...]}``, each row a dict with ``cores``, ``sq``, ``sk``,
-    ``measured_us``, ``model_us``, ``error`` (``model_us / measured_us - 1``) and ``met``
-    ($|\\text{error}| \\le$ :data:`TARGET`). ``multi_core`` is the 24-core table at $S_0 = S_1 = S$
-    (the fitted row included, marked by ``fitted``); ``few_cores`` the README's 1-8 core table,
-    $S_0 = 128 \\times$ cores (one q-block per core), $S_1$ in its columns. fp16, $B = 1$, one head,
-    $D = 128$."""
+    ``{"multi_core": [...], "few_cores": [...], "onboard": [...]}``, each row a dict with ``cores``,
+    ``sq``, ``sk``, ``measured_us``, ``model_us``, ``error`` (``model_us / measured_us - 1``) and
+    ``met`` ($|\\text{error}| \\le$ :data:`TARGET`). ``multi_core`` is the 24-core table at
+    $S_0 = S_1 = S$ (the fitted row included, marked by ``fitted``); ``few_cores`` the README's
+    1-8 core table, $S_0 = 128 \\times$ cores (one q-block per core), $S_1$ in its columns;
+    ``onboard`` its one onboard run at $S_0 = S_1 = 2048$, on the cores its two printed numbers
+    imply (:func:`onboard_cores`). fp16, $B = 1$, one head, $D = 128$."""
     def row(cores: int, sq: int, sk: int, us: float, **extra) -> dict:
         t = predict(chip, 1, 1, sq, sk, 128, cores=cores).seconds * 1e6
         # error = model / measured - 1
@@ -445,7 +447,21 @@ def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
     return {"multi_core": [row(int(chip.cores.value), r["s"], r["s"], r["pto_us"], fitted=r["s"] == multi["fitted_row"])
                            for r in multi["rows"]],
             "few_cores": [row(int(n), 128 * int(n), s1, us) for n, col in few["us"].items()
-                          for s1, us in zip(few["s1"], col)]}
+                          for s1, us in zip(few["s1"], col)],
+            "onboard": [row(onboard_cores(), HELD_OUT["onboard_2k"]["s"], HELD_OUT["onboard_2k"]["s"],
+                            HELD_OUT["onboard_2k"]["us"])]}
+
+
+def onboard_cores() -> int:
+    """The cores of the README's onboard run at $S = 2048$ (:data:`HELD_OUT` ``onboard_2k``), which it
+    does not print: its normalized TFLOP/s are its TFLOP/s times ``24 / cores``, and its TFLOP/s are
+    $4 S^2 D$ over its time, so
+
+    $$\\text{cores} = 24 \\cdot \\frac{4 S^2 D / t}{\\text{normalized TFLOP/s}}.$$
+    """
+    ob = HELD_OUT["onboard_2k"]
+    tflops = 4 * ob["s"] ** 2 * 128 / (ob["us"] * 1e-6) / 1e12
+    return round(24 * tflops / ob["normalized_tflops"])
 
 
 def with_param(chip: ChipModel, **values: float) -> ChipModel:
