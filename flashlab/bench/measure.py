@@ -209,7 +209,7 @@ def time_interleaved(cases: list[Case], *, repeats: int = 3, max_timed_seconds: 
 
 def user_time() -> float:
     """Seconds of user-mode CPU time of this process (``getrusage``'s ``ru_utime``): the CPU
-    time :func:`time.process_time` reads, without what the kernel did on the process's behalf
+    time ``time.process_time()`` reads, without what the kernel did on the process's behalf
     (system time: page faults and the zeroing and finding of fresh pages for large arrays)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_utime
 
