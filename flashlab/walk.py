@@ -28,8 +28,8 @@ from flashlab.api import compute_dtype, tile_options
 from flashlab.arguments import as_int
 from flashlab.kernels.tile import finalize_rows, head_operands, online_softmax_update, tile_scores
 from flashlab.masks import EMPTY, FULL, kv_block_range, tile_class, tile_fully_masked
-from flashlab.tiling import FORWARD_BLOCK, cdiv
-from flashlab.validation import prepare
+from flashlab.tiling import cdiv
+from flashlab.validation import Problem, prepare, scan_kv
 
 __all__ = ["COMPUTED", "OUTSIDE_BAND", "MASKED_OUT", "TileStep", "Walk", "walk_forward"]
 
@@ -117,20 +117,32 @@ class Walk:
         return [st for st in self.steps if st.qb == qb][-1]
 
 
-def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
-                 q_rope=None, k_rope=None, softcap=0.0, block_q=FORWARD_BLOCK[0],
-                 block_k=FORWARD_BLOCK[1], b: int = 0, h: int = 0) -> Walk:
+def walk_forward(q=None, k=None, v=None, *, b: int = 0, h: int = 0, problem: Problem | None = None,
+                 **options) -> Walk:
     """Run the tiled forward for query head ``h`` of batch ``b`` one tile at a time; record it.
 
-    Arguments and defaults as :func:`flashlab.flash_attention` (same shapes, same validation
-    through :func:`flashlab.validation.prepare`, same default tiles
-    :data:`~flashlab.tiling.FORWARD_BLOCK`, so that a walk with the same arguments is the
-    kernel's own walk), plus ``b`` and ``h``: the (batch, query head) to walk. Keep the problem
+    ``q``, ``k``, ``v`` and ``options`` are :func:`flashlab.flash_attention`'s (its keyword
+    arguments: ``scale``, ``causal``, ``window``, ``mask``, the RoPE pair, ``bias``, ALiBi,
+    ``softcap``, ``block_q``/``block_k``...), checked by :func:`flashlab.validation.prepare` with
+    the same defaults (tiles :data:`~flashlab.tiling.FORWARD_BLOCK`); or ``problem``, a
+    :class:`~flashlab.validation.Problem` already checked, as the kernel API takes it. A walk
+    with the same arguments is the kernel's own walk: its scores come from the kernels' stage
+    (:func:`flashlab.kernels.tile.tile_scores`), so every option of that stage is walked as the
+    kernel computes it. Except dropout: a walk records P as the softmax makes it, and
+    ``dropout_p`` must be 0. ``b`` and ``h``: the (batch, query head) to walk. Keep the problem
     small (a few hundred rows): every step copies the q-block's state; to draw a walk with
     several tiles on a small problem, pass small ``block_q``/``block_k`` explicitly.
     """
-    p = prepare(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
-                q_rope=q_rope, k_rope=k_rope, softcap=softcap, block_q=block_q, block_k=block_k)
+    if problem is None:
+        p = prepare(q, k, v, **options)
+    elif q is not None or k is not None or v is not None or options:
+        raise TypeError("walk_forward takes either q, k, v with the kernel API's options or a checked "
+                        "problem=, not both")
+    else:
+        p = problem
+    if p.dropout_p > 0:
+        raise ValueError(f"dropout_p must be 0 in a walk (it records P before any drop); got {p.dropout_p}")
+    p = scan_kv(p) if p.lazy_kv else p
     B, H, Hkv, Sq, Sk, _, Dv = p.shape
     b = as_int("b", b, lo=0, hi=B - 1, what=f"an int in [0, {B})")
     h = as_int("h", h, lo=0, hi=H - 1, what=f"an int in [0, {H})")
@@ -146,10 +158,10 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     if p.q_rope is not None and p.k_rope is not None:
         qrh = p.q_rope[b, h].astype(ct, copy=False)
         krh = p.k_rope[b, h // (H // p.k_rope.shape[1])].astype(ct, copy=False)
-    options = tile_options(p, ct, check_overflow=False)
-    has_mask = options.has_mask
+    record = tile_options(p, ct, check_overflow=False)
+    has_mask = record.has_mask
     # this head's 2-D mask (and bias, slope), as the kernel takes them
-    mask2d, bias2d, slope = head_operands(options, b, h)
+    mask2d, bias2d, slope = head_operands(record, b, h)
     left, right, bq, bk = p.left, p.right, p.block_q, p.block_k
     n_qb, n_kb = cdiv(Sq, bq), cdiv(Sk, bk)
 
@@ -186,9 +198,9 @@ def walk_forward(q, k, v, *, scale=None, causal=False, window=None, mask=None,
                 continue
             s = np.empty((rows, j1 - j0), dtype=ct)
             kr = krh[j0:j1] if has_rope else no_rope
-            # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap), masked -inf
+            # S: the kernels' scores stage (scale, soft-cap, bias, ALiBi, masked entries -inf)
             tile_scores(s, qs, kh[j0:j1], qrs, kr, i0, j0, cls != FULL, mask2d, bias2d, slope,
-                        s, False, options)
+                        s, False, record)
             masked = bool(cls != FULL or has_mask)
             s_before = s.copy()
             # overwrites s with P~ and updates m, l, acc in place

@@ -15,7 +15,6 @@ from conftest import make_qkv
 
 import flashlab
 from flashlab import api, cann, tiling, validation
-from flashlab.walk import walk_forward
 
 ENTRY_POINTS = [flashlab.flash_attention, flashlab.attention_reference, flashlab.attention_naive,
                 flashlab.tiles_computed]
@@ -164,14 +163,14 @@ def test_backward_reference_checks_do_shape():
     (validation.prepare, api.FORWARD_BLOCK),
     (flashlab.flash_attention, api.FORWARD_BLOCK),
     (flashlab.tiles_computed, api.FORWARD_BLOCK),
-    (walk_forward, api.FORWARD_BLOCK),
     (cann.flash_attention_score, api.FORWARD_BLOCK),
     (flashlab.flash_attention_backward, api.BACKWARD_BLOCK),
     (cann.flash_attention_score_grad, api.BACKWARD_BLOCK),
 ], ids=lambda x: getattr(x, "__name__", str(x)))
 def test_default_tiles_have_one_source(fn, default):
     """Every function taking flash_attention's arguments defaults to flash_attention's tiles
-    (the backward ones to the backward's), all read from flashlab.tiling."""
+    (the backward ones to the backward's), all read from flashlab.tiling. (walk_forward hands
+    its options to prepare and has no defaults of its own: tests/test_walk.py checks its tiles.)"""
     params = inspect.signature(fn).parameters
     assert (params["block_q"].default, params["block_k"].default) == default
     assert api.FORWARD_BLOCK is tiling.FORWARD_BLOCK and api.BACKWARD_BLOCK is tiling.BACKWARD_BLOCK

@@ -148,3 +148,46 @@ def test_walk_defaults_to_the_kernels_tiles():
     np.testing.assert_allclose(walk.o, o[0, 0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(walk.lse, lse[0, 0], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(walk.tiles_done, flashlab.tiles_computed(**inputs, causal=True)[0, 0])
+
+
+def test_walk_takes_every_option_of_the_scores_stage():
+    """The walk hands its options to prepare and its scores come from the kernels' stage: a bias,
+    ALiBi slopes and a soft-cap (none of which the walk names) are walked as the kernel computes
+    them."""
+    inputs = make_qkv(2, 4, 2, 19, 23, 8, 8, seed=7)
+    rng = np.random.default_rng(8)
+    options = dict(causal=True, bias=rng.standard_normal((1, 4, 19, 23)).astype(np.float32),
+                   alibi_slopes=np.array([0.5, 0.25, 0.125, 0.0625]), softcap=3.0, block_q=8, block_k=8)
+    o, lse = flashlab.flash_attention(**inputs, **options)
+    for b, h in ((0, 0), (1, 3)):
+        walk = walk_forward(**inputs, **options, b=b, h=h)
+        np.testing.assert_allclose(walk.o, o[b, h], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(walk.lse, lse[b, h], rtol=0, atol=1e-6)
+    # without the bias the walk differs: the option reached the stage
+    assert np.abs(walk_forward(**inputs, causal=True, softcap=3.0, block_q=8, block_k=8, b=1, h=3).o
+                  - o[1, 3]).max() > 1e-3
+
+
+def test_walk_of_a_checked_problem():
+    inputs = make_qkv(1, 2, 1, 13, 17, 8, 8, seed=9)
+    p = flashlab.validation.prepare(**inputs, causal=True, block_q=4, block_k=8)
+    a, b = walk_forward(problem=p, h=1), walk_forward(**inputs, causal=True, block_q=4, block_k=8, h=1)
+    np.testing.assert_array_equal(a.o, b.o)
+    np.testing.assert_array_equal(a.lse, b.lse)
+    # a lazily scanned problem (the kernel API's decode kind) is scanned before the walk reads it
+    lazy = flashlab.validation.prepare(**make_qkv(1, 1, 1, 1, 17, 8, 8, seed=10), lazy_kv=True)
+    bad_k = lazy.k.copy()
+    bad_k[0, 0, 5, 0] = np.nan
+    with pytest.raises(ValueError, match="^k "):
+        walk_forward(problem=flashlab.validation.prepare(lazy.q, bad_k, lazy.v, lazy_kv=True))
+    with pytest.raises(TypeError, match="either q, k, v"):
+        walk_forward(**inputs, problem=p)
+    with pytest.raises(TypeError, match="either q, k, v"):
+        walk_forward(problem=p, causal=True)
+
+
+def test_walk_refuses_dropout():
+    inputs = make_qkv(1, 1, 1, 8, 8, 4, 4)
+    with pytest.raises(ValueError, match="dropout_p must be 0 in a walk"):
+        walk_forward(**inputs, dropout_p=0.1)
+    walk_forward(**inputs, dropout_p=0.0)        # off is fine

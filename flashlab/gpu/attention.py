@@ -31,10 +31,22 @@ from flashlab.traffic import Traffic
 from flashlab.validation import Problem, backward_operands, prepare
 
 __all__ = ["flash_attention_gpu", "flash_attention_backward_gpu", "standard_attention_gpu",
-           "kv_blocks", "q_blocks", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
+           "kv_blocks", "q_blocks", "band_scalars", "fused_scalars", "STATIC_SHARED_LIMIT", "MAX_THREADS"]
 
 #: threads per block, at most (one per query row here)
 MAX_THREADS = 1024
+
+
+def band_scalars(p: Problem) -> tuple:
+    """The scale and the band ``(left, right)`` as the kernels take them: float32, int64, int64
+    (the standard scores kernel's scalar arguments)."""
+    return np.float32(p.scale), np.int64(p.left), np.int64(p.right)
+
+
+def fused_scalars(p: Problem) -> tuple:
+    """The fused kernels' scalar arguments, in their order: :func:`band_scalars`, then the
+    scores stage's options (the soft-cap, float32). The one place a launch spells them."""
+    return band_scalars(p) + (np.float32(p.softcap),)
 
 
 def kv_blocks(p: Problem) -> np.ndarray:
@@ -120,8 +132,7 @@ def flash_attention_gpu(q, k, v, *, causal=False, softcap=0.0, block_q: int | No
     counter = _counter()
     kernel[(B * H, cdiv(Sq, p.block_q)), threads](
         cuda.to_device(p.q), cuda.to_device(p.k), cuda.to_device(p.v), cuda.to_device(kv_blocks(p)),
-        np.float32(p.scale), np.int64(p.left), np.int64(p.right), np.float32(p.softcap), o, lse,
-        counter)
+        *fused_scalars(p), o, lse, counter)
     out = (o.copy_to_host(), lse.copy_to_host())
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
@@ -160,8 +171,7 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, softcap=0
     dev = cuda.to_device
     kernel[(B * Hkv, cdiv(Sk, p.block_k)), threads](
         gdo, dev(p.q), dev(p.k), dev(p.v), dev(lse.astype(np.float32)), dd,
-        dev(q_blocks(p)), np.float32(p.scale), np.int64(p.left), np.int64(p.right),
-        np.float32(p.softcap), dq, dk, dv, counter)
+        dev(q_blocks(p)), *fused_scalars(p), dq, dk, dv, counter)
     out = (dq.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
@@ -186,8 +196,7 @@ def standard_attention_gpu(q, k, v, *, causal=False, count_traffic=False):
     o = cuda.device_array((B, H, Sq, Dv), dtype=np.float32)
     counter = _counter()
     scores_kernel(T, Dqk, count)[grid, standard_threads(T, Dqk)](
-        cuda.to_device(p.q), cuda.to_device(p.k), np.float32(p.scale), np.int64(p.left),
-        np.int64(p.right), s, counter)
+        cuda.to_device(p.q), cuda.to_device(p.k), *band_scalars(p), s, counter)
     softmax_kernel(T, count)[grid, 32 * SOFTMAX_WARPS](s, counter)
     pv_kernel(T, Dv, count)[grid, standard_threads(T, Dv)](s, cuda.to_device(p.v), o, counter)
     out = o.copy_to_host()

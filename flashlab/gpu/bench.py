@@ -302,7 +302,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
     kernels, launched exactly as :mod:`flashlab.gpu.attention` launches them. Tiles: ``None``
     takes the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` that fits in 48 KiB of shared
     memory. At the first size each result is compared with the float64 reference."""
-    from flashlab.gpu.attention import kv_blocks, q_blocks
+    from flashlab.gpu.attention import band_scalars, fused_scalars, kv_blocks, q_blocks
     from flashlab.gpu.backward import (
         DOT_ROWS,
         backward_kernel,
@@ -333,8 +333,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
             q, k, v, do = (rng.standard_normal((batch, heads, n, d)).astype(np.float32)
                            for _ in range(4))
             p = prepare(q, k, v, causal=causal, block_q=fblock[0], block_k=fblock[1])
-            band = (np.float32(p.scale), np.int64(p.left), np.int64(p.right))
-            capped = band + (np.float32(p.softcap),)     # the fused kernels' band and soft-cap
+            band, scalars = band_scalars(p), fused_scalars(p)
             gq, gk, gv, gdo = (cuda.to_device(x) for x in (q, k, v, do))
             o = cuda.device_array((batch, heads, n, d), np.float32)
             lse = cuda.device_array((batch, heads, n), np.float32)
@@ -348,7 +347,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
             fwd = forward_kernel(p.block_q, p.block_k, d, d, False)
             kvb = cuda.to_device(kv_blocks(p))
             grid, threads = (batch * heads, math.ceil(n / p.block_q)), forward_threads(p.block_q, p.block_k, d)
-            t = timed(lambda: fwd[grid, threads](gq, gk, gv, kvb, *capped, o, lse, counter))
+            t = timed(lambda: fwd[grid, threads](gq, gk, gv, kvb, *scalars, o, lse, counter))
             fused = traffic("gpu:fused", **kw, block_q=p.block_q, block_k=p.block_k).total
             rec = make_record("flashlab twin fused", times=t, traffic_bytes=fused, dataflow="gpu:fused",
                               block=(p.block_q, p.block_k), **case)
@@ -369,7 +368,7 @@ def run_twin(sizes, d: int, causal_list, batch: int, heads: int, repeats: int,
 
             def backward():
                 dot[dgrid, 8 * DOT_ROWS](gdo, o, dd, counter)
-                bwd[bgrid, bthreads](gdo, gq, gk, gv, lse, dd, qbl, *capped, gdq, gdk, gdv, counter)
+                bwd[bgrid, bthreads](gdo, gq, gk, gv, lse, dd, qbl, *scalars, gdq, gdk, gdv, counter)
             if check:
                 backward()               # once on a zeroed dQ, to compare with the reference
                 want_b = attention_reference_backward(do, q, k, v, causal=causal)

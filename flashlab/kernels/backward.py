@@ -94,6 +94,7 @@ from flashlab.kernels.tile import (
     drop_tile,
     exp_shifted,
     head_operands,
+    scores_chain,
     store_scaled,
     tile_scores,
 )
@@ -308,7 +309,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
     has_rope, has_mask, has_bias = options.has_rope, options.has_mask, options.has_bias
     q_rope, k_rope = options.q_rope, options.k_rope
     drop_threshold, want_dbias = options.drop_threshold, options.want_dbias
-    capped = options.softcap > 0
+    # the scores are a nonlinear function of the scaled products (the soft-cap): chain dS
+    chain = scores_chain(options)
     Dr = q_rope.shape[3]
     group = H // Hkv              # GQA: query head h reads kv head h // group
     group_r = H // k_rope.shape[1]
@@ -330,8 +332,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
         s_buf = np.empty(block_q * block_k, dtype=dt)
         dp_buf = np.empty(block_q * block_k, dtype=dt)
         pd_buf = np.empty(block_q * block_k if dropout else 1, dtype=dt)
-        # the soft-cap's derivative 1 - tanh^2(S / softcap) of each score of the tile
-        dc_buf = np.empty(block_q * block_k if capped else 1, dtype=dt)
+        # the scores stage's derivative of each score of the tile (1 - tanh^2(S / softcap))
+        dc_buf = np.empty(block_q * block_k if chain else 1, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
         psum = np.empty(block_q, dtype=np.float64)
         one_key = np.empty(block_q, dtype=np.bool_)
@@ -376,11 +378,11 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
                 do_t = do_blk[r0:r1]
                 s = s_buf[: rows_t * cols].reshape((rows_t, cols))
                 dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
-                dc = dc_buf[: rows_t * cols].reshape((rows_t, cols)) if capped else dc_buf.reshape((1, 1))
+                dc = dc_buf[: rows_t * cols].reshape((rows_t, cols)) if chain else dc_buf.reshape((1, 1))
                 # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias,
                 # masked entries -inf: the forward's scores stage (dc gets the cap's derivative)
                 if tile_scores(s, qs_t, k_blk, qrs_t, kr_blk, ti0, tj0, cls != FULL, mask2d,
-                               bias2d, slope, dc, capped, options):
+                               bias2d, slope, dc, chain, options):
                     bad = 1
                 # P = exp(S - LSE_i)   (s now holds P; psum_i += sum_j P_ij)
                 probs_from_lse(s, lse_blk[r0:r1], psum[r0:r1])
@@ -408,9 +410,9 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
                 if want_dbias:
                     # dbias += dS   (the bias is added after scaling)
                     add_dbias(dp, ti0, tj0, dbias2d)
-                if capped:
-                    # dS <- dS o (1 - tanh^2(S / softcap))   (through the soft-cap; the bias is
-                    # added after it, so dbias above took dS before this factor)
+                if chain:
+                    # dS <- dS o dS/d(scaled product), 1 - tanh^2(S / softcap) for the soft-cap
+                    # (the bias is added after the transform: dbias above took dS before it)
                     scale_by(dp, dc)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)
                 gemm_nn(dp, k_blk, dq_acc[r0:r1], 1.0, 1.0)

@@ -33,7 +33,7 @@ from flashlab.masks import mask_at
 from flashlab.numba_cache import CACHE
 
 __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
-           "drop_tile", "mask_tile", "cap_scores", "finish_scores", "tile_scores",
+           "drop_tile", "mask_tile", "cap_scores", "finish_scores", "scores_chain", "tile_scores",
            "exp_nonpositive", "exp_shifted", "row_max",
            "online_softmax_update", "rescale_rows", "finalize_rows", "store_scaled"]
 
@@ -192,17 +192,19 @@ def cap_scores(s, softcap, dcap, keep_dcap):
 
 
 @njit(cache=CACHE)
-def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dcap, keep_dcap, options):
+def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dscore, keep_dscore, options):
     """Soft-cap, bias and mask on a tile of raw scaled scores ``s`` (rows ``i0..``, cols
     ``j0..``); returns True if a bias sum overflowed (with ``options.check_overflow``).
 
     The order is flash_attn's: ``S = softcap tanh(scale q k^T / softcap) + bias``, then the
     masked entries (band, when ``band_partial``; the dense mask) are set to ``-inf``.
-    ``dcap``/``keep_dcap``: see :func:`cap_scores`.
+    With ``keep_dscore`` (only where :func:`scores_chain` is True) the derivative of each score
+    with respect to its scaled product, ``1 - tanh^2(S / softcap)``, is written to ``dscore``
+    (see :func:`cap_scores`).
     """
     bad = False
     if options.softcap > 0:
-        cap_scores(s, options.softcap, dcap, keep_dcap)
+        cap_scores(s, options.softcap, dscore, keep_dscore)
     if options.has_bias or options.has_alibi:
         # S += bias_ij  (and the ALiBi term)
         bad = add_bias_tile(s, i0, j0, bias2d, options.has_bias, slope, options.has_alibi,
@@ -214,20 +216,29 @@ def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dcap, keep_dca
 
 
 @njit(cache=CACHE)
+def scores_chain(options) -> bool:
+    """Whether the stage's scores are a nonlinear function of the scaled products (the soft-cap
+    is), so that the backward must chain ``dS`` through the derivative :func:`tile_scores`
+    keeps in ``dscore``. The bias and the masks are added after it and need no factor."""
+    return options.softcap > 0
+
+
+@njit(cache=CACHE)
 def tile_scores(s, qs_blk, k_blk, qrs_blk, kr_blk, i0, j0, band_partial, mask2d, bias2d,
-                slope, dcap, keep_dcap, options):
+                slope, dscore, keep_dscore, options):
     """The scores of one tile, as every kernel sees them; returns True if a score overflowed.
 
     ``s`` (rows, cols) gets
     ``S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias``, masked
     entries ``-inf``: :func:`score_tile` (``qs_blk`` already scaled), the overflow test of
-    ``options.check_overflow`` (:func:`all_finite`), then :func:`finish_scores`. The forward,
-    the backward and the walk call it; the decode kernel stacks a kv group's rows for the
-    gemm and calls the two halves itself.
+    ``options.check_overflow`` (:func:`all_finite`), then :func:`finish_scores` (which keeps
+    the scores' derivative in ``dscore`` with ``keep_dscore``). The forward, the backward and
+    the walk call it; the decode kernel stacks a kv group's rows for the gemm and calls the
+    two halves itself.
     """
     score_tile(qs_blk, k_blk, qrs_blk, kr_blk, options.has_rope, s)
     bad = options.check_overflow and not all_finite(s)
-    if finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dcap, keep_dcap, options):
+    if finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dscore, keep_dscore, options):
         bad = True
     return bad
 
