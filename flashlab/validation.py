@@ -423,7 +423,7 @@ class Part:
     offset: int = 0
 
 
-def prepare_parts(q, k, v, parts: list[Part], *, scale=None, q_rope=None, k_rope=None,
+def prepare_parts(q, k, v, q_rope=None, k_rope=None, *, parts: list[Part], scale=None,
                   dropout_p=0.0, seed=0, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
                   door: Door | None = None) -> list[Problem]:
     """One checked :class:`Problem` per part of a whole call, the whole checked once.

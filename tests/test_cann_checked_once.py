@@ -85,7 +85,7 @@ def test_parts_match_a_problem_prepared_per_part():
     q, k, v = rng.standard_normal((2, 2, 6, 4)), rng.standard_normal((2, 1, 7, 4)), rng.standard_normal((2, 1, 7, 3))
     mask = rng.random((1, 1, 6, 7)) < 0.2
     part = validation.Part((slice(1, 2),), (slice(1, 2),), window=(2, None), mask=mask, offset=5)
-    (cut,) = validation.prepare_parts(q, k, v, [part], scale=0.5, dropout_p=0.1, seed=9,
+    (cut,) = validation.prepare_parts(q, k, v, parts=[part], scale=0.5, dropout_p=0.1, seed=9,
                                       block_q=4, block_k=16)
     want = validation.prepare(q[1:2], k[1:2], v[1:2], scale=0.5, window=(2, None), mask=mask,
                               dropout_p=0.1, seed=9, offset=5, block_q=4, block_k=16)
@@ -97,7 +97,7 @@ def test_parts_match_a_problem_prepared_per_part():
             assert np.array_equal(a, b) and a.flags.c_contiguous, f.name
         else:
             assert a == b, f.name
-    assert validation.prepare_parts(q, k, v, [], scale=0.5) == []
+    assert validation.prepare_parts(q, k, v, parts=[], scale=0.5) == []
 
 
 def test_a_part_checks_what_is_new():
@@ -105,9 +105,9 @@ def test_a_part_checks_what_is_new():
     q = k = v = rng.standard_normal((1, 1, 4, 4))
     bad = validation.Part((slice(None),), (slice(None),), mask=np.zeros((1, 1, 4, 5), dtype=bool))
     with pytest.raises(ValueError, match=r"mask must be broadcastable to \(B, H, Sq, Sk\) = \(1, 1, 4, 4\)"):
-        validation.prepare_parts(q, k, v, [bad])
+        validation.prepare_parts(q, k, v, parts=[bad])
     with pytest.raises(TypeError, match="window left must be an int or None"):
-        validation.prepare_parts(q, k, v, [validation.Part((slice(None),), (slice(None),), window=(1.5, 0))])
+        validation.prepare_parts(q, k, v, parts=[validation.Part((slice(None),), (slice(None),), window=(1.5, 0))])
 
 
 def test_grad_checks_the_whole_call_once(counts):

@@ -429,7 +429,7 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     row_max = np.full(rows, -np.inf)
     # checked once: the whole call, then each planned call cut from it
     q, k, v, q_rope, k_rope = st.operands
-    problems = prepare_parts(q, k, v, st.parts, scale=scale, q_rope=q_rope, k_rope=k_rope,
+    problems = prepare_parts(q, k, v, q_rope, k_rope, parts=st.parts, scale=scale,
                              dropout_p=st.dropout_p, seed=st.seed, block_q=block_q,
                              block_k=block_k, door=door)
     for c, p in zip(st.calls, problems):
@@ -557,7 +557,7 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     dfull = None if p is None or p.bias is None else np.zeros(p.bias.shape, dtype=st.ct)
     # checked once, as in the forward: the whole call, then each planned call cut from it
     q, k, v, q_rope, k_rope = st.operands
-    problems = prepare_parts(q, k, v, st.parts, scale=scale, q_rope=q_rope, k_rope=k_rope,
+    problems = prepare_parts(q, k, v, q_rope, k_rope, parts=st.parts, scale=scale,
                              dropout_p=st.dropout_p, seed=st.seed, block_q=block_q,
                              block_k=block_k, door=door)
     for c, problem in zip(st.calls, problems):
