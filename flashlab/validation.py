@@ -367,7 +367,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     norms = _operand_norms(door, q, k, v, lazy_kv)
     if q_rope is not None:
         norms.update(_finite(door, q_rope=q_rope, k_rope=k_rope))
-    # the band reads the lengths alone (the mask model's rule, then the flags it is made of)
+    # the band last: it needs the lengths alone (the window is read before the causal flag)
     left, right = _band(causal, window, Sq, Sk)
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
@@ -423,8 +423,8 @@ class Part:
     offset: int = 0
 
 
-def prepare_parts(q, k, v, q_rope=None, k_rope=None, *, parts: list[Part], scale=None,
-                  dropout_p=0.0, seed=0, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
+def prepare_parts(q, k, v, q_rope=None, k_rope=None, *, parts: list[Part] | tuple[Part, ...],
+                  scale=None, dropout_p=0.0, seed=0, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
                   door: Door | None = None) -> list[Problem]:
     """One checked :class:`Problem` per part of a whole call, the whole checked once.
 
@@ -436,6 +436,8 @@ def prepare_parts(q, k, v, q_rope=None, k_rope=None, *, parts: list[Part], scale
     :func:`scores_may_overflow`), tiles clamped to its lengths, and only what is new checked
     (its band, mask, bias, ALiBi and dropout offset). No part: ``[]``, nothing checked.
     """
+    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, Part) for p in parts):
+        raise TypeError(f"parts must be a list of flashlab.validation.Part; got {parts!r:.60}")
     if not parts:
         return []
     door = KERNEL if door is None else door

@@ -106,6 +106,8 @@ def test_a_part_checks_what_is_new():
     bad = validation.Part((slice(None),), (slice(None),), mask=np.zeros((1, 1, 4, 5), dtype=bool))
     with pytest.raises(ValueError, match=r"mask must be broadcastable to \(B, H, Sq, Sk\) = \(1, 1, 4, 4\)"):
         validation.prepare_parts(q, k, v, parts=[bad])
+    with pytest.raises(TypeError, match="parts must be a list of flashlab.validation.Part"):
+        validation.prepare_parts(q, k, v, parts=[(slice(None), slice(None))])
     with pytest.raises(TypeError, match="window left must be an int or None"):
         validation.prepare_parts(q, k, v, parts=[validation.Part((slice(None),), (slice(None),), window=(1.5, 0))])
 

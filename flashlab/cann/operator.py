@@ -414,7 +414,9 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     * Checks: the operands, ``keep_prob``, ``scale``, ``seed``, ``offset`` and the TND
       ``actual_seq_qlen``/``actual_seq_kvlen`` are checked by :mod:`flashlab.validation`'s
       rules (one rule for every entry point), with the operator's names in the messages
-      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
+      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges. The
+      operands are checked once for the whole call (:func:`flashlab.validation.prepare_parts`,
+      one NaN/inf scan of each); each kernel call runs on its piece cut from that check.
     """
     st, qr, kr = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
                         scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
