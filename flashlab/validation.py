@@ -30,7 +30,8 @@ from flashlab.numba_cache import thread_safe
 from flashlab.tiling import FORWARD_BLOCK, runs_decode
 
 __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", "contiguous",
-           "prepare", "prepare_like", "check_alibi_slopes", "check_pair", "check_output_like", "scan_kv",
+           "prepare", "prepare_like", "Part", "prepare_parts", "check_alibi_slopes", "check_pair",
+           "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
            "check_rope_pair", "check_rope", "rope_operands", "check_like", "check_lse", "check_scale", "check_softcap",
            "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
@@ -55,8 +56,9 @@ class Problem:
     ``alibi_sqrt``; band [i - left, i + right] clamped to the lengths; block sizes at most
     the lengths; dropout probability ``dropout_p`` with ``seed`` and ``offset``.
 
-    A problem exists only checked: :func:`prepare` and :func:`prepare_like` are the only
-    makers, and every value a later call adds (a backward's ``do``, ``o``, ``lse``) is checked
+    A problem exists only checked: :func:`prepare`, :func:`prepare_like` and
+    :func:`prepare_parts` are the only makers, and every value a later call adds (a
+    backward's ``do``, ``o``, ``lse``) is checked
     by the function that receives it. One scan is lazy by the problem's kind, fixed when the
     problem is made: K and V of a :attr:`lazy_kv` problem are scanned for NaN/inf by whoever
     runs a kernel on them (the decode kernel as it reads them, any other kernel's caller with
@@ -257,6 +259,58 @@ def _window(window) -> tuple | None:
                  for side, w in zip(("left", "right"), window))
 
 
+def _band(causal, window, Sq: int, Sk: int) -> tuple[int, int]:
+    """The band ``[i - left, i + right]`` of ``causal`` and ``window``, each side clamped to the
+    lengths (a side beyond them is the unbounded side: the same band, no int64 overflow)."""
+    window = _window(window)
+    return clamp_band(*band_from(as_bool("causal", causal), window), Sq, Sk)
+
+
+def _mask(mask, target: tuple[int, int, int, int]) -> np.ndarray | None:
+    """``mask`` checked: a bool array broadcastable to ``target`` = (B, H, Sq, Sk), as a 4-D view
+    in its own shape (a key-padding mask (B, 1, 1, Sk) stays O(B Sk)); or None."""
+    if mask is None:
+        return None
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"mask must be a numpy bool array broadcastable to (B, H, Sq, Sk) = "
+                        f"{target}; got {type(mask).__name__}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"mask must have dtype bool (True = masked out); got {mask.dtype}")
+    return _broadcastable4("mask", mask, target, "a bool array")
+
+
+def _bias(bias, target: tuple[int, int, int, int]) -> np.ndarray | None:
+    """``bias`` checked: a float array broadcastable to ``target``, finite or -inf, as a 4-D
+    view; or None."""
+    if bias is None:
+        return None
+    if not isinstance(bias, np.ndarray):
+        raise TypeError(f"bias must be a numpy float array broadcastable to (B, H, Sq, Sk) = "
+                        f"{target}; got {type(bias).__name__}")
+    if bias.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"bias must be {FLOAT_NAMES}; got dtype {bias.dtype}")
+    bias = _broadcastable4("bias", bias, target, "a float array")
+    if np.isnan(bias).any() or (bias == np.inf).any():
+        raise ValueError("bias contains NaN or +inf; it must be finite or -inf (masked)")
+    return bias
+
+
+def _alibi(alibi_slopes, alibi_offset, alibi_sqrt, target: tuple[int, int, int, int]
+           ) -> tuple[np.ndarray | None, int, bool]:
+    """``(slopes (1 or B, H) float64 or None, offset, sqrt)`` checked for ``target`` = (B, H,
+    Sq, Sk); the offset defaults to flash_attn's alignment ``Sk - Sq`` (0 without slopes)."""
+    B, H, Sq, Sk = target
+    if alibi_slopes is not None:
+        alibi_slopes = contiguous(check_alibi_slopes(alibi_slopes, B, H).reshape(-1, H)
+                                  .astype(np.float64))
+        # flash_attn's alignment by default: bias = -slope |i + Sk - Sq - j|
+        alibi_offset = Sk - Sq if alibi_offset is None else as_int(
+            "alibi_offset", alibi_offset, lo=-(1 << 62), hi=1 << 62, what="an int or None")
+    elif alibi_offset is not None:
+        raise ValueError("alibi_offset is used only with alibi_slopes")
+    return alibi_slopes, 0 if alibi_offset is None else alibi_offset, as_bool("alibi_sqrt", alibi_sqrt)
+
+
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
             alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
@@ -294,39 +348,9 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
 
     softcap = check_softcap(door.name("softcap"), softcap)
 
-    causal = as_bool("causal", causal)
-    # sides beyond the lengths are clamped to them (the same band, no int64 overflow)
-    left, right = clamp_band(*band_from(causal, _window(window)), Sq, Sk)
-
-    target = (B, H, Sq, Sk)
-    if mask is not None:
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(f"mask must be a numpy bool array broadcastable to (B, H, Sq, Sk) = "
-                            f"{target}; got {type(mask).__name__}")
-        if mask.dtype != np.bool_:
-            raise TypeError(f"mask must have dtype bool (True = masked out); got {mask.dtype}")
-        # kept in its own shape: a key-padding mask (B, 1, 1, Sk) stays O(B Sk)
-        mask = _broadcastable4("mask", mask, target, "a bool array")
-
-    if bias is not None:
-        if not isinstance(bias, np.ndarray):
-            raise TypeError(f"bias must be a numpy float array broadcastable to (B, H, Sq, Sk) = "
-                            f"{target}; got {type(bias).__name__}")
-        if bias.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"bias must be {FLOAT_NAMES}; got dtype {bias.dtype}")
-        bias = _broadcastable4("bias", bias, target, "a float array")
-        if np.isnan(bias).any() or (bias == np.inf).any():
-            raise ValueError("bias contains NaN or +inf; it must be finite or -inf (masked)")
-
-    if alibi_slopes is not None:
-        alibi_slopes = contiguous(check_alibi_slopes(alibi_slopes, B, H).reshape(-1, H)
-                                  .astype(np.float64))
-        # flash_attn's alignment by default: bias = -slope |i + Sk - Sq - j|
-        alibi_offset = Sk - Sq if alibi_offset is None else as_int(
-            "alibi_offset", alibi_offset, lo=-(1 << 62), hi=1 << 62, what="an int or None")
-    elif alibi_offset is not None:
-        raise ValueError("alibi_offset is used only with alibi_slopes")
-    alibi_sqrt = as_bool("alibi_sqrt", alibi_sqrt)
+    mask, bias = _mask(mask, (B, H, Sq, Sk)), _bias(bias, (B, H, Sq, Sk))
+    alibi_slopes, alibi_offset, alibi_sqrt = _alibi(alibi_slopes, alibi_offset, alibi_sqrt,
+                                                    (B, H, Sq, Sk))
 
     dropout_p = check_dropout("dropout_p", dropout_p)
     seed = check_seed(door.name("seed"), seed)
@@ -343,9 +367,11 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     norms = _operand_norms(door, q, k, v, lazy_kv)
     if q_rope is not None:
         norms.update(_finite(door, q_rope=q_rope, k_rope=k_rope))
+    # the band last: it needs the lengths alone (the window is read before the causal flag)
+    left, right = _band(causal, window, Sq, Sk)
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
-                   0 if alibi_offset is None else alibi_offset, bool(alibi_sqrt), dropout_p,
+                   alibi_offset, alibi_sqrt, dropout_p,
                    seed, offset, softcap, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
                    q_rope_sq_norm=norms.get("q_rope"), k_rope_sq_norm=norms.get("k_rope"),
                    lazy_kv=lazy_kv)
@@ -373,6 +399,71 @@ def prepare_like(template: Problem, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     norms = _operand_norms(door, q, k, v, template.lazy_kv)
     return template._with(q=q, k=k, v=v, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
                           seed=template.seed if seed is None else seed)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kernel call cut out of a whole call (a front door's plan), for :func:`prepare_parts`.
+
+    ``q_rows``/``kv_rows`` index the whole call's (B, H, S, D) operands (a batch range
+    ``(slice(b0, b1),)``, or a sequence's tokens ``(slice(None), slice(None), slice(s0, s1))``);
+    the rest is what only this call has, with :func:`prepare`'s meaning, checked against the
+    part's own (B', H, Sq', Sk'): the band ``window``, a dense ``mask``, a ``bias`` slice, the
+    ALiBi slopes with their ``alibi_offset``/``alibi_sqrt`` and the dropout counter ``offset``.
+    """
+
+    q_rows: tuple[slice, ...]
+    kv_rows: tuple[slice, ...]
+    window: tuple | None = None
+    mask: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    alibi_slopes: np.ndarray | None = None
+    alibi_offset: int | None = None
+    alibi_sqrt: bool = False
+    offset: int = 0
+
+
+def prepare_parts(q, k, v, q_rope=None, k_rope=None, *, parts: list[Part] | tuple[Part, ...],
+                  scale=None, dropout_p=0.0, seed=0, block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1],
+                  door: Door | None = None) -> list[Problem]:
+    """One checked :class:`Problem` per part of a whole call, the whole checked once.
+
+    The door of an operator that runs several kernel calls on pieces of its operands (CANN's
+    batches and TND sequences) hands the whole call here: q, k, v, q_rope, k_rope (B, H, S, D)
+    and the options every part shares are checked by :func:`prepare` once (the operands
+    scanned for NaN/inf once), and each part is cut from that problem: its rows of the checked
+    operands (C-contiguous; the squared norms stay the whole's, an upper bound for
+    :func:`scores_may_overflow`), tiles clamped to its lengths, and only what is new checked
+    (its band, mask, bias, ALiBi and dropout offset). No part: ``[]``, nothing checked.
+    """
+    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, Part) for p in parts):
+        raise TypeError(f"parts must be a list of flashlab.validation.Part; got {parts!r:.60}")
+    if not parts:
+        return []
+    door = KERNEL if door is None else door
+    whole = prepare(q, k, v, scale=scale, q_rope=q_rope, k_rope=k_rope, dropout_p=dropout_p,
+                    seed=seed, block_q=block_q, block_k=block_k, door=door)
+    return [_cut(whole, part, door) for part in parts]
+
+
+def _cut(whole: Problem, part: Part, door: Door) -> Problem:
+    """``part`` of the checked ``whole``: its operand rows and its own options, checked."""
+    c = contiguous
+    q, k, v = c(whole.q[part.q_rows]), c(whole.k[part.kv_rows]), c(whole.v[part.kv_rows])
+    rope = {} if whole.q_rope is None or whole.k_rope is None else {
+        "q_rope": c(whole.q_rope[part.q_rows]), "k_rope": c(whole.k_rope[part.kv_rows])}
+    B, H, Sq, _ = q.shape
+    Sk = k.shape[2]
+    target = (B, H, Sq, Sk)
+    mask, bias = _mask(part.mask, target), _bias(part.bias, target)
+    slopes, alibi_offset, alibi_sqrt = _alibi(part.alibi_slopes, part.alibi_offset,
+                                              part.alibi_sqrt, target)
+    left, right = _band(False, part.window, Sq, Sk)
+    # the whole's tiles were clamped to its lengths, which bound the part's
+    return whole._with(q=q, k=k, v=v, **rope, mask=mask, bias=bias, alibi_slopes=slopes,
+                       alibi_offset=alibi_offset, alibi_sqrt=alibi_sqrt, left=left, right=right,
+                       block_q=min(whole.block_q, Sq), block_k=min(whole.block_k, Sk),
+                       offset=check_offset(door.name("offset"), part.offset))
 
 
 def scan_kv(p: Problem, *, key_rows: tuple[int, int] | None = None) -> Problem:

@@ -152,12 +152,13 @@ from flashlab.cann.pse import alibi_fold, check_alibi_cover, pse_setup, pse_slic
 from flashlab.cann.varlen import put_rows, sequences, take_lse, take_rows
 from flashlab.tiling import BACKWARD_BLOCK, FORWARD_BLOCK
 from flashlab.validation import (
+    Part,
     check_dropout,
     check_like,
     check_offset,
     check_scale,
     check_seed,
-    prepare,
+    prepare_parts,
 )
 
 __all__ = ["flash_attention_score", "flash_attention_score_grad", "lse_from_stats", "npu_fusion_attention",
@@ -224,7 +225,25 @@ def _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_m
         for c in calls:
             check_alibi_cover(st.pse, c, st)
     qr, kr = _rope_operands(qr, kr, st)
+    st.operands, st.parts = _whole_call(st, qr, kr)
     return st, qr, kr
+
+
+def _whole_call(st: Setup, qr: np.ndarray | None, kr: np.ndarray | None
+                ) -> tuple[tuple, list[Part]]:
+    """The operands of the whole call as (B, N1, S, D) kernel operands (TND: the (1, N1, T', D)
+    view of the first T' tokens, up to the last that a call reads) and each planned call as a
+    :class:`~flashlab.validation.Part` of them, for :func:`~flashlab.validation.prepare_parts`."""
+    def rows(r: slice) -> tuple[slice, ...]:
+        # a call's batches, or its sequence's tokens (axis 2 of the TND view)
+        return (slice(None), slice(None), r) if st.varlen else (r,)
+
+    q_end = max((c.q_rows.stop for c in st.calls), default=0)
+    k_end = max((c.kv_rows.stop for c in st.calls), default=0)
+    whole = tuple(None if x is None else take_rows(x, slice(0, end), st.varlen)
+                  for x, end in ((st.q, q_end), (st.k, k_end), (st.v, k_end), (qr, q_end), (kr, k_end)))
+    return whole, [Part(rows(c.q_rows), rows(c.kv_rows), window=c.window, mask=c.mask,
+                        **_options(c, st)) for c in st.calls]
 
 
 def _rope_operands(qr: np.ndarray | None, kr: np.ndarray | None, st: Setup
@@ -268,7 +287,8 @@ def _counter_start(c: Call, st: Setup) -> int:
 
 
 def _options(c: Call, st: Setup) -> dict:
-    """pse and dropout keyword arguments of the kernel call for ``c`` (empty when unused)."""
+    """pse and dropout counter of the kernel call for ``c`` (:class:`~flashlab.validation.Part`'s
+    keyword arguments; empty when unused)."""
     kw: dict[str, Any] = {}
     p = st.pse
     if p is not None and p.slopes is not None:
@@ -279,7 +299,7 @@ def _options(c: Call, st: Setup) -> dict:
     elif p is not None:
         kw["bias"] = pse_slice(p, p.bias, c, st)
     if st.dropout_p > 0.0:
-        kw.update(dropout_p=st.dropout_p, seed=st.seed, offset=_counter_start(c, st))
+        kw["offset"] = _counter_start(c, st)
     return kw
 
 
@@ -394,7 +414,9 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     * Checks: the operands, ``keep_prob``, ``scale``, ``seed``, ``offset`` and the TND
       ``actual_seq_qlen``/``actual_seq_kvlen`` are checked by :mod:`flashlab.validation`'s
       rules (one rule for every entry point), with the operator's names in the messages
-      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges.
+      (``query``, ``keep_prob``, ...); this module keeps only the operator's own ranges. The
+      operands are checked once for the whole call (:func:`flashlab.validation.prepare_parts`,
+      one NaN/inf scan of each); each kernel call runs on its piece cut from that check.
     """
     st, qr, kr = _setup(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
                         scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
@@ -407,12 +429,12 @@ def flash_attention_score(query, key, value, head_num, input_layout, *, pse=None
     out = np.zeros(rows + (d.Dv,), dtype=st.q.dtype)
     lse = np.full(rows, -np.inf)
     row_max = np.full(rows, -np.inf)
-    for c in st.calls:
-        p = prepare(take_rows(st.q, c.q_rows, st.varlen), take_rows(st.k, c.kv_rows, st.varlen),
-                    take_rows(st.v, c.kv_rows, st.varlen), scale=scale, window=c.window, mask=c.mask,
-                    q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
-                    k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-                    block_q=block_q, block_k=block_k, door=door, **_options(c, st))
+    # checked once: the whole call, then each planned call cut from it
+    q, k, v, q_rope, k_rope = st.operands
+    problems = prepare_parts(q, k, v, q_rope, k_rope, parts=st.parts, scale=scale,
+                             dropout_p=st.dropout_p, seed=st.seed, block_q=block_q,
+                             block_k=block_k, door=door)
+    for c, p in zip(st.calls, problems):
         o, l, m, _ = api.flash_attention(problem=p, stats=True)
         put_rows(out, c.q_rows, st.varlen, o)
         put_rows(lse, c.q_rows, st.varlen, l)
@@ -535,15 +557,17 @@ def flash_attention_score_grad(query, key, value, dy, head_num, input_layout, *,
     dk_rope = None if kr is None else np.zeros(kr.shape, dtype=ct)
     p = st.pse
     dfull = None if p is None or p.bias is None else np.zeros(p.bias.shape, dtype=st.ct)
-    for c in st.calls:
+    # checked once, as in the forward: the whole call, then each planned call cut from it
+    q, k, v, q_rope, k_rope = st.operands
+    problems = prepare_parts(q, k, v, q_rope, k_rope, parts=st.parts, scale=scale,
+                             dropout_p=st.dropout_p, seed=st.seed, block_q=block_q,
+                             block_k=block_k, door=door)
+    for c, problem in zip(st.calls, problems):
+        # dy, attention_in and the LSE rows: checked by the kernel API's backward (its door names)
         grads = api.flash_attention_backward(
-            take_rows(do, c.q_rows, st.varlen), take_rows(st.q, c.q_rows, st.varlen),
-            take_rows(st.k, c.kv_rows, st.varlen), take_rows(st.v, c.kv_rows, st.varlen),
-            take_rows(o, c.q_rows, st.varlen), np.ascontiguousarray(take_lse(lse, c.q_rows, st.varlen)),
-            scale=scale, window=c.window, mask=c.mask,
-            q_rope=None if qr is None else take_rows(qr, c.q_rows, st.varlen),
-            k_rope=None if kr is None else take_rows(kr, c.kv_rows, st.varlen),
-            block_q=block_q, block_k=block_k, door=door, **_options(c, st),
+            take_rows(do, c.q_rows, st.varlen), o=take_rows(o, c.q_rows, st.varlen),
+            lse=np.ascontiguousarray(take_lse(lse, c.q_rows, st.varlen)), problem=problem,
+            block_q=block_q, block_k=block_k, door=door,
             **({"return_dbias": True} if dfull is not None else {}))
         put_rows(dq, c.q_rows, st.varlen, grads[0])
         put_rows(dk, c.kv_rows, st.varlen, grads[1])

@@ -8,7 +8,7 @@ its grad and :func:`sparse_mode_mask` all run through: what is drawn is what is 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -480,3 +480,8 @@ class Setup:
     offset: int
     softmax_layout: str
     pse: Any = None   # the checked pse (flashlab.cann.pse.Pse, which imports this module), set after planning
+    #: the whole call as the kernels read it, set after planning: q, k, v, q_rope, k_rope
+    #: (B, N1, S, D) (TND: the (1, N1, T, D) view of the tokens the sequences cover; rope None
+    #: when not given), and each planned call as a flashlab.validation.Part of them
+    operands: tuple = ()
+    parts: list = field(default_factory=list)
