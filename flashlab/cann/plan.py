@@ -480,8 +480,9 @@ class Setup:
     offset: int
     softmax_layout: str
     pse: Any = None   # the checked pse (flashlab.cann.pse.Pse, which imports this module), set after planning
-    #: the whole call as the kernels read it, set after planning: q, k, v, q_rope, k_rope
-    #: (B, N1, S, D) (TND: the (1, N1, T, D) view of the tokens the sequences cover; rope None
-    #: when not given), and each planned call as a flashlab.validation.Part of them
+    #: q, k, v, q_rope, k_rope of the whole call as the kernels read them, set after planning
+    #: ((B, N1, S, D), or in TND the (1, N1, T, D) view of the tokens the sequences cover; the
+    #: rope pair None when not given)
     operands: tuple = ()
+    #: each planned call as a ``flashlab.validation.Part`` of ``operands``, set after planning
     parts: list = field(default_factory=list)
