@@ -19,10 +19,7 @@ from flashlab.bench.measure import run_worker
 from flashlab.bench.report import load_results, merge_results, save_results, to_markdown
 from flashlab.bench.suite import run_suite
 
-__all__ = ["main", "FUSED_SIZES"]
-
-#: ``--fused-only``'s N: the vendor's fused case is S = 4096 (:data:`flashlab.vendor.FUSED_CASE`)
-FUSED_SIZES = (4096,)
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                     "until the paired ratios resolve ±5 %% (cpu, the default of --mla-only), or by "
                     "its user-mode part (user, the default of --fused-only)")
     ap.add_argument("--fused-only", action="store_true", help="only the fused vendor rows' CPU "
-                    "cells: numpy naive and flashlab forward, D = 128, non-causal, N = 4096 (or "
-                    "--sizes), on the user-mode CPU clock, each timed call right after one of the same case")
+                    "cells: numpy naive and flashlab forward, D = 128, non-causal, N = the vendor "
+                    "case's S (or --sizes), on the user-mode CPU clock, each timed call right after "
+                    "one of the same case")
     ap.add_argument("--min-rounds", type=int, help="--clock cpu: rounds before the first check")
     ap.add_argument("--max-rounds", type=int, help="--clock cpu: rounds at most")
     ap.add_argument("--max-timed-seconds", type=float, help="timed seconds per case at most")
@@ -112,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fused_only and (args.mla_only or args.decode_only):
         ap.error("--fused-only excludes --mla-only and --decode-only")
     if args.fused_only:
-        changes.update(sizes=changes.get("sizes", FUSED_SIZES), shapes=((128, 128),), causal=(False,),
+        # N: the vendor table's fused case (its S), unless --sizes says otherwise
+        from flashlab.vendor import FUSED_CASE
+        changes.update(sizes=changes.get("sizes", (FUSED_CASE["seq"],)), shapes=((128, 128),), causal=(False,),
                        directions=("forward",), baselines=("numpy_naive",), mla_sizes=(),
                        decode_sizes=(), memory_sizes=(), first_call=None, simulator_tasks=None,
                        tile_explorer=False, pipeline_explorer=False, clock="user", warm_each=True,

@@ -442,14 +442,12 @@ def held_out_errors(chip: ChipModel) -> dict[str, list[dict]]:
         return dict(cores=cores, sq=sq, sk=sk, measured_us=us, model_us=t, error=t / us - 1,
                     met=abs(t / us - 1) <= TARGET, **extra)
 
-    multi = HELD_OUT["multi_core_910B2"]
-    few = HELD_OUT["few_cores"]
+    multi, few, onboard = HELD_OUT["multi_core_910B2"], HELD_OUT["few_cores"], HELD_OUT["onboard_2k"]
     return {"multi_core": [row(int(chip.cores.value), r["s"], r["s"], r["pto_us"], fitted=r["s"] == multi["fitted_row"])
                            for r in multi["rows"]],
             "few_cores": [row(int(n), 128 * int(n), s1, us) for n, col in few["us"].items()
                           for s1, us in zip(few["s1"], col)],
-            "onboard": [row(onboard_cores(), HELD_OUT["onboard_2k"]["s"], HELD_OUT["onboard_2k"]["s"],
-                            HELD_OUT["onboard_2k"]["us"])]}
+            "onboard": [row(onboard_cores(), onboard["s"], onboard["s"], onboard["us"])]}
 
 
 def onboard_cores() -> int:
