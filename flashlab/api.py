@@ -110,14 +110,15 @@ def tile_options(p: Problem, ct, check_overflow: bool, want_dbias: bool = False)
         q_rope = k_rope = no_operand(ct)
     bias = no_operand(ct) if p.bias is None else contiguous(p.bias.astype(ct, copy=False))
     return TileOptions(
-        scale=ct(p.scale), softcap=ct(p.softcap), left=p.left, right=p.right, block_q=p.block_q,
+        scale=ct(p.scale), left=p.left, right=p.right, block_q=p.block_q,
         block_k=p.block_k, mask=NO_MASK if p.mask is None else p.mask,
         has_mask=p.mask is not None, bias=bias, has_bias=p.bias is not None,
         slopes=NO_SLOPES if p.alibi_slopes is None else p.alibi_slopes,
         has_alibi=p.alibi_slopes is not None, alibi_offset=p.alibi_offset,
         alibi_sqrt=p.alibi_sqrt, q_rope=q_rope, k_rope=k_rope, has_rope=p.q_rope is not None,
         drop_threshold=p.drop_threshold, seed=np.uint64(p.seed), offset=p.offset,
-        check_overflow=bool(check_overflow), want_dbias=bool(want_dbias))
+        check_overflow=bool(check_overflow), want_dbias=bool(want_dbias),
+        **p.scores.in_dtype(ct)._asdict())
 
 
 def _raise_on_overflow(p: Problem, overflow: np.ndarray, ct) -> None:

@@ -76,6 +76,7 @@ import numpy as np
 from flashlab.api import flash_attention, flash_attention_backward
 from flashlab.arguments import as_bool, as_int
 from flashlab.dropout import keep_mask
+from flashlab.kernels.options import scores_stage
 from flashlab.reference import attention_reference
 from flashlab.validation import (
     Door,
@@ -88,7 +89,6 @@ from flashlab.validation import (
     check_pair,
     check_scale,
     check_seed,
-    check_softcap,
     operands,
     packed_sequences,
     prepare,
@@ -186,8 +186,9 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
 
     The rules of :mod:`flashlab.arguments` with flash_attn's argument names (the torch front
     door calls this before its op, so that a ``dropout_p='0.1'`` is refused in these words
-    and not in the op schema's). ``softcap``: validation's rule, a real number >= 0 that float32
-    holds, 0.0 = off.
+    and not in the op schema's). ``softcap``: the scores stage's rule
+    (:func:`flashlab.kernels.options.scores_stage`), a real number >= 0 that float32 holds,
+    0.0 = off.
 
     ``remember=True`` (the torch door in eager mode): an accepted set of options is remembered
     by ``_scalars_key`` and not checked again (a training loop passes the same ones every
@@ -206,7 +207,7 @@ def scalar_options(dropout_p, softmax_scale, causal, window_size, softcap, deter
     window_size = check_pair("window_size", window_size, "ints >= -1")
     window_size = tuple(as_int(f"window_size {side}", w, lo=-1, what="an int >= -1 (-1 = unbounded)")
                         for side, w in zip(("left", "right"), window_size))
-    softcap = check_softcap("softcap", softcap)
+    softcap = scores_stage(softcap=softcap).softcap
     checked = dropout_p, softmax_scale, causal, window_size, softcap
     if key is not None:
         if len(_SCALARS) >= _PLANS_MAX:

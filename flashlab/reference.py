@@ -101,9 +101,9 @@ def _forward(p: Problem, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B, H, _, Sq, Sk, _, _ = p.shape
     v = p.v.astype(dtype, copy=False)
     s = _scaled_scores(p, dtype)
-    if p.softcap > 0:
+    if p.scores.softcap > 0:
         # S = softcap tanh(S / softcap)   (logit soft-capping, after scaling, before the bias)
-        c = dtype(p.softcap)
+        c = dtype(p.scores.softcap)
         s /= c
         np.tanh(s, out=s)
         s *= c
@@ -198,9 +198,9 @@ def attention_reference_backward(do, q, k, v, *, scale=None, causal=False, windo
     ds = probs * (dp - d)
     ds[_allowed_count(p) == 1] = 0.0
     dbias = ds
-    if p.softcap > 0:
+    if p.scores.softcap > 0:
         # through the soft-cap: d(c tanh(s / c))/ds = 1 - tanh^2(s / c)
-        t = np.tanh(_scaled_scores(p, np.float64) / p.softcap)
+        t = np.tanh(_scaled_scores(p, np.float64) / p.scores.softcap)
         ds = ds * (1.0 - t * t)
     # times scale for the chain rule through S = scale (Q K^T)
     ds = ds * p.scale

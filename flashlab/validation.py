@@ -25,6 +25,7 @@ except ImportError:         # pragma: no cover - without ml_dtypes there are no 
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
 from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
+from flashlab.kernels.options import ScoresStage, scores_stage
 from flashlab.masks import band_from, clamp_band
 from flashlab.numba_cache import thread_safe
 from flashlab.tiling import FORWARD_BLOCK, runs_decode
@@ -33,7 +34,7 @@ __all__ = ["FLOAT_DTYPES", "BFLOAT16", "HALF_DTYPES", "FLOAT_NAMES", "Problem", 
            "prepare", "prepare_like", "Part", "prepare_parts", "check_alibi_slopes", "check_pair",
            "check_output_like", "scan_kv",
            "scores_may_overflow", "Door", "KERNEL", "operands", "check_operand", "check_same_dtype",
-           "check_rope_pair", "check_rope", "rope_operands", "check_like", "check_lse", "check_scale", "check_softcap",
+           "check_rope_pair", "check_rope", "rope_operands", "check_like", "check_lse", "check_scale",
            "check_dropout", "check_seed", "check_offset", "packed_sequences", "backward_operands"]
 
 #: the input dtypes every entry point accepts; float16 and bfloat16 (``ml_dtypes.bfloat16``)
@@ -88,8 +89,9 @@ class Problem:
     dropout_p: float = 0.0
     seed: int = 0
     offset: int = 0
-    #: logit soft-cap (0 = off), scores ``softcap tanh(s / softcap)`` after scaling, before bias
-    softcap: float = 0.0
+    #: the scores stage's options (what turns a scaled product into a score; all off by
+    #: default), checked by their rules in :func:`flashlab.kernels.options.scores_stage`
+    scores: ScoresStage = ScoresStage()
     #: ``max_i |x_i|^2`` (float64) of q, k, q_rope, k_rope from :func:`prepare`'s finiteness
     #: scan, for :func:`scores_may_overflow`; ``None`` where not scanned (k of a :attr:`lazy_kv`
     #: problem before :func:`scan_kv`)
@@ -313,9 +315,9 @@ def _alibi(alibi_slopes, alibi_offset, alibi_sqrt, target: tuple[int, int, int, 
 
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
-            alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0, softcap=0.0,
+            alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,
             block_q=FORWARD_BLOCK[0], block_k=FORWARD_BLOCK[1], lazy_kv: bool = False,
-            door: Door | None = None) -> Problem:
+            door: Door | None = None, **scores) -> Problem:
     """Check every argument and return a :class:`Problem` (arrays C-contiguous, dtype unchanged).
 
     Arguments and defaults as :func:`flashlab.flash_attention` (tiles
@@ -325,7 +327,9 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
     value; the message names the argument and the expected shape or value, in ``door``'s
     names (:class:`Door`; a front door that has checked and translated its operands with
-    :func:`operands` passes its own, e.g. CANN's ``query``) or the kernel API's.
+    :func:`operands` passes its own, e.g. CANN's ``query``) or the kernel API's. ``scores``:
+    the scores stage's keywords (:class:`~flashlab.kernels.options.ScoresStage`'s fields),
+    checked by :func:`~flashlab.kernels.options.scores_stage`.
     """
     door = KERNEL if door is None else door
     q, k, v = operands(KERNEL, q, k, v)
@@ -346,7 +350,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
         raise ValueError(f"{door.name('scale')}={scale} overflows float32, the compute dtype of {q.dtype} inputs "
                          f"(|scale| must be < 3.4e38); pass float64 inputs or a smaller scale")
 
-    softcap = check_softcap(door.name("softcap"), softcap)
+    stage = scores_stage(door.name, **scores)
 
     mask, bias = _mask(mask, (B, H, Sq, Sk)), _bias(bias, (B, H, Sq, Sk))
     alibi_slopes, alibi_offset, alibi_sqrt = _alibi(alibi_slopes, alibi_offset, alibi_sqrt,
@@ -372,7 +376,7 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     return Problem(q, k, v, q_rope, k_rope, mask, scale,
                    left, right, block_q, block_k, q.dtype, bias, alibi_slopes,
                    alibi_offset, alibi_sqrt, dropout_p,
-                   seed, offset, softcap, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
+                   seed, offset, stage, q_sq_norm=norms["q"], k_sq_norm=norms.get("k"),
                    q_rope_sq_norm=norms.get("q_rope"), k_rope_sq_norm=norms.get("k_rope"),
                    lazy_kv=lazy_kv)
 
@@ -749,15 +753,6 @@ def check_scale(name: str, scale, *, optional: bool = True) -> float | None:
     if scale is None and optional:
         return None
     return as_real(name, scale, what="a real number or None" if optional else "a real number")
-
-
-def check_softcap(name: str, softcap) -> float:
-    """The logit soft-cap: a real number >= 0 (0 = off) that float32, the narrowest compute
-    dtype, holds (a cap beyond 3.4e38 caps nothing)."""
-    softcap = as_real(name, softcap, lo=0.0, what="a real number >= 0 (0.0 = off)")
-    if softcap > float(np.finfo(np.float32).max):
-        raise ValueError(f"{name}={softcap} overflows float32 (it must be < 3.4e38; 0.0 = off)")
-    return softcap
 
 
 def check_dropout(name: str, x, *, keep: bool = False) -> float:

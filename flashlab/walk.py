@@ -123,7 +123,7 @@ def walk_forward(q=None, k=None, v=None, *, b: int = 0, h: int = 0, problem: Pro
 
     ``q``, ``k``, ``v`` and ``options`` are :func:`flashlab.flash_attention`'s (its keyword
     arguments: ``scale``, ``causal``, ``window``, ``mask``, the RoPE pair, ``bias``, ALiBi,
-    ``softcap``, ``block_q``/``block_k``...), checked by :func:`flashlab.validation.prepare` with
+    the scores stage's, ``block_q``/``block_k``...), checked by :func:`flashlab.validation.prepare` with
     the same defaults (tiles :data:`~flashlab.tiling.FORWARD_BLOCK`); or ``problem``, a
     :class:`~flashlab.validation.Problem` already checked, as the kernel API takes it. A walk
     with the same arguments is the kernel's own walk: its scores come from the kernels' stage

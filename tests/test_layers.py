@@ -53,6 +53,9 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
         "attention": [
             ("flashlab.numba_cache",),
             ("flashlab.input_scan", "flashlab.dropout", "flashlab.masks", "flashlab.rope"),
+            # the kernels' options record (plain data and each option's rule): the checked
+            # Problem holds its scores stage, so it sits below validation, away from its package
+            ("flashlab.kernels.options",),
             ("flashlab.validation",),
             ("flashlab.reference",),
             # the CUDA twin beside the CPU kernels: it checks with validation, as the API does,
@@ -95,8 +98,8 @@ TIERS: dict[str, dict[str, list[tuple[str, ...]]]] = {
 #: column lists the modules of ``flashlab.pipeline`` one by one, so its floors are read from there.
 PACKAGES: dict[str, list[tuple[str, ...]]] = {
     "flashlab.data": [("__init__",)],
-    "flashlab.kernels": [("intrinsics", "blas", "options", "rowstep"), ("tile",), ("forward", "backward", "decode"),
-                         ("__init__",)],
+    "flashlab.kernels": [("intrinsics", "blas", "options", "rowstep", "scorestep"), ("tile",),
+                         ("forward", "backward", "decode"), ("__init__",)],
     "flashlab.gpu": [("target",), ("tiles", "traffic"), ("forward", "backward", "standard"), ("inspect",),
                      ("attention",), ("__init__", "bench")],
     "flashlab.cann": [("attributes", "sparse_modes"), ("layouts",), ("varlen",), ("plan",), ("pse",),
@@ -283,6 +286,9 @@ def test_the_rules_catch_a_crossing_and_an_upward_edge():
     assert not may_import("flashlab.gpu.forward", "flashlab.compat")
     # the twin compiles the CPU kernels' per-row update (one source, flashlab.kernels.rowstep)
     assert may_import("flashlab.gpu.tiles", "flashlab.kernels.rowstep")
+    # validation keeps the scores stage's record, with its rule, from the options record
+    assert may_import("flashlab.validation", "flashlab.kernels.options")
+    assert not may_import("flashlab.validation", "flashlab.kernels.tile")
     assert may_import("flashlab.compat", "flashlab.gpu.attention")
     # and inside a package, its floors
     assert not may_import_within("flashlab.gpu.tiles", "flashlab.gpu.forward")

@@ -35,7 +35,7 @@ SECTIONS: list[tuple[str, tuple[str, ...]]] = [
     ("The float64 reference", ("flashlab.reference", "flashlab.dropout")),
     ("The mask model and tile classes", ("flashlab.masks",)),
     ("Numba kernels", ("flashlab.kernels", "flashlab.kernels.options", "flashlab.kernels.tile",
-                       "flashlab.kernels.rowstep", "flashlab.kernels.forward",
+                       "flashlab.kernels.rowstep", "flashlab.kernels.scorestep", "flashlab.kernels.forward",
                        "flashlab.kernels.backward", "flashlab.kernels.blas", "flashlab.kernels.decode",
                        "flashlab.kernels.intrinsics")),
     ("The CANN operator interface",

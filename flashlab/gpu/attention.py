@@ -45,8 +45,9 @@ def band_scalars(p: Problem) -> tuple:
 
 def fused_scalars(p: Problem) -> tuple:
     """The fused kernels' scalar arguments, in their order: :func:`band_scalars`, then the
-    scores stage's options (the soft-cap, float32). The one place a launch spells them."""
-    return band_scalars(p) + (np.float32(p.softcap),)
+    scores stage's options (a :class:`~flashlab.kernels.options.ScoresStage` of float32). The
+    one place a launch spells them."""
+    return band_scalars(p) + (p.scores.in_dtype(np.float32),)
 
 
 def kv_blocks(p: Problem) -> np.ndarray:
@@ -106,20 +107,21 @@ def _counter():
     return cuda.to_device(np.zeros(COUNTER_SLOTS, dtype=np.int64))
 
 
-def flash_attention_gpu(q, k, v, *, causal=False, softcap=0.0, block_q: int | None = None,
-                        block_k: int | None = None, count_traffic=False):
+def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
+                        block_k: int | None = None, count_traffic=False, **scores):
     """Fused attention forward on CUDA (or the simulator): ``(o, lse)`` or ``(o, lse, traffic)``.
 
     q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32, H a multiple of Hkv;
     o (B, H, Sq, Dv) and lse (B, H, Sq) float32 (lse = -inf for a row with no allowed key).
-    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i; ``softcap`` as in
-    :func:`flashlab.flash_attention` (0.0 = off). Tiles ``block_q x block_k``
+    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i; ``scores``: the scores
+    stage's keywords as :func:`flashlab.flash_attention` takes them (the logit soft-cap; off by
+    default), checked by :func:`flashlab.kernels.options.scores_stage`. Tiles ``block_q x block_k``
     (``None``: the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` whose shared tiles fit in
     48 KiB). ``traffic`` counts global-memory requests in bytes, equal to
     :func:`flashlab.traffic.tiled_attention_traffic`.
     """
-    p = prepare(q, k, v, causal=causal, softcap=softcap, block_q=1 if block_q is None else block_q,
-                block_k=1 if block_k is None else block_k)
+    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+                block_k=1 if block_k is None else block_k, **scores)
     _float32(p)
     p = _tiles(p, block_q, block_k, forward_shared_bytes)
     count = as_bool("count_traffic", count_traffic)
@@ -137,9 +139,9 @@ def flash_attention_gpu(q, k, v, *, causal=False, softcap=0.0, block_q: int | No
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
 
-def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, softcap=0.0,
+def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False,
                                  block_q: int | None = None, block_k: int | None = None,
-                                 count_traffic=False):
+                                 count_traffic=False, **scores):
     """Fused attention backward on CUDA: ``(dq, dk, dv)`` or ``(dq, dk, dv, traffic)``.
 
     do, o (B, H, Sq, Dv) float32 and lse (B, H, Sq) from :func:`flash_attention_gpu` (or the
@@ -150,8 +152,8 @@ def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False, softcap=0
     FlashAttention-2 (:mod:`flashlab.gpu.backward`); dQ is summed with atomic adds, so on a
     GPU its last bits can differ from run to run.
     """
-    p = prepare(q, k, v, causal=causal, softcap=softcap, block_q=1 if block_q is None else block_q,
-                block_k=1 if block_k is None else block_k)
+    p = prepare(q, k, v, causal=causal, block_q=1 if block_q is None else block_q,
+                block_k=1 if block_k is None else block_k, **scores)
     _float32(p)
     p = _tiles(p, block_q, block_k, backward_shared_bytes)
     do, o, lse = backward_operands(p, do, o, lse)

@@ -69,7 +69,10 @@ from flashlab.gpu.tiles import (
     product_ab,
     product_abt,
     product_atb,
+    score_slope,
+    score_step,
     stage,
+    stage_transforms,
     unroll_by,
 )
 
@@ -175,7 +178,8 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     Arguments: do (B, H, Sq, Dv), q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv),
     lse and dd (B, H, Sq) float32 (dd = rowsum(dO o O) from :func:`dot_kernel`); q_blocks
     (n_kblocks, 2) int64, the query-block range ``[qb0, qb1)`` each key block visits; scale
-    float32; left, right the band; softcap float32 (0 = off; the forward's); outputs
+    float32; left, right the band; scores the forward's scores stage
+    (:class:`~flashlab.kernels.options.ScoresStage` of float32); outputs
     dq (B, H, Sq, Dqk) **zero-filled** (atomic adds),
     dk (B, Hkv, Sk, Dqk), dv (B, Hkv, Sk, Dv) float32;
     counter (2,) int64 (read, write bytes), added to only when ``count``.
@@ -195,7 +199,7 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
     dq_of = product_atb(TMQ, CH, KROWS, fresh=True)   # dQ_i micro-tile (CH columns) = dS K_j
 
     @cuda.jit
-    def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, softcap, dq, dk,
+    def flash_backward_gpu(do, q, k, v, lse, dd, q_blocks, scale, left, right, scores, dq, dk,
                            dv, counter):
         H, Sq = q.shape[1], q.shape[2]
         Hkv, Sk = k.shape[1], k.shape[2]
@@ -283,11 +287,10 @@ def backward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool
                         if r0 + r < cols and m != -math.inf and j >= i - left and j <= i + right:
                             sc = st[r, c] * scale
                             dcap = float32(1.0)
-                            if softcap > 0:
-                                # soft-cap: S = softcap tanh(S / softcap), dS picks up 1 - tanh^2
-                                tc = math.tanh(sc / softcap)
-                                sc = softcap * tc
-                                dcap = float32(1.0) - tc * tc
+                            if stage_transforms(scores):
+                                # S = score(s); dS picks up dS/ds = slope(S) (the CPU's source)
+                                sc = score_step(sc, scores)
+                                dcap = score_slope(sc, scores)
                             # P_ij = exp(scale Q_i . K_j - LSE_i)   (recomputed, never stored)
                             p = math.exp(sc - m)
                             # dS_ij = P_ij (dP_ij - D_i);  exactly 0 for a row with one allowed key

@@ -55,7 +55,9 @@ from flashlab.gpu.tiles import (
     online_row_step,
     product_ab,
     product_abt,
+    score_step,
     stage,
+    stage_transforms,
 )
 
 cuda = _select_target()   # the kernels name `cuda` as a module global (the simulator swaps it)
@@ -102,7 +104,8 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
     Launch: grid ``(B * H, ceil(Sq / block_q))``, :func:`forward_threads` threads. Arguments:
     q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32; kv_blocks
     (n_qblocks, 2) int64 key-block range per query block; scale float32; left, right the band;
-    softcap float32 (0 = off: scores ``softcap tanh(s / softcap)`` after scaling, before the mask);
+    scores, the scores stage's options (:class:`~flashlab.kernels.options.ScoresStage` of
+    float32, applied after scaling, before the mask);
     outputs o (B, H, Sq, Dv), lse (B, H, Sq) float32; counter (2,) int64 (read, write bytes),
     added to only when ``count``.
     """
@@ -117,7 +120,7 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
     pv = product_ab(TM, TD, KROWS)    # O~ micro-tile += P~ V_j
 
     @cuda.jit
-    def flash_forward_gpu(q, k, v, kv_blocks, scale, left, right, softcap, o, lse, counter):
+    def flash_forward_gpu(q, k, v, kv_blocks, scale, left, right, scores, o, lse, counter):
         H, Sq = q.shape[1], q.shape[2]
         Sk = k.shape[2]
         b, h, hk = block_heads(H, k.shape[1])   # GQA: query head h reads kv head h // group
@@ -170,9 +173,9 @@ def forward_kernel(block_q: int, block_k: int, d_qk: int, d_v: int, count: bool)
                 mx = float32(-math.inf)
                 for c in range(TN):
                     j = j0 + tx + LX * c
-                    if softcap > 0:
-                        # logit soft-cap: S <- softcap tanh(S / softcap)   (before the mask)
-                        s[r, c] = softcap * math.tanh(s[r, c] / softcap)
+                    if stage_transforms(scores):
+                        # S <- score(S)   (the scores stage, the CPU's source; before the mask)
+                        s[r, c] = score_step(s[r, c], scores)
                     # masked (outside the band, or past the tile): -inf
                     if tx + LX * c >= cols or j < i - left or j > i + right:
                         s[r, c] = -math.inf

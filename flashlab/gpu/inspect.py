@@ -80,27 +80,40 @@ def fitting_tile(shared_bytes, d: int, d_v: int | None = None) -> tuple[int, int
                      f"of shared memory; got d={d}, d_v={dv}")
 
 
-def _kernels(d: int) -> list[tuple[str, Any, str, tuple[int, int]]]:
-    """(name, kernel, Numba signature, tile) of every kernel at head dim ``d``."""
+def _signature(*args: str) -> tuple:
+    """The argument types of a kernel: each a Numba type expression (``"float32[:, ::1]"``), or
+    ``"scores"``, the scores stage's record of float32 (a named tuple, which no expression
+    names)."""
+    import numba
+    from numba.core import sigutils
+
+    from flashlab.kernels.options import ScoresStage
+    scores = numba.typeof(ScoresStage().in_dtype(numba.float32))
+    return tuple(scores if a == "scores" else sigutils.normalize_signature(f"void({a})")[0][0]
+                 for a in args)
+
+
+def _kernels(d: int) -> list[tuple[str, Any, tuple, tuple[int, int]]]:
+    """(name, kernel, argument types, tile) of every kernel at head dim ``d``."""
     from flashlab.gpu.backward import DOT_ROWS, backward_kernel, backward_shared_bytes, dot_kernel
     from flashlab.gpu.forward import forward_kernel, forward_shared_bytes
     from flashlab.gpu.standard import STANDARD_TILE, pv_kernel, scores_kernel, softmax_kernel
     from flashlab.gpu.tiles import LANE_COLS
     a4, a3, i2, c = "float32[:, :, :, ::1]", "float32[:, :, ::1]", "int64[:, ::1]", "int64[::1]"
-    band = "float32, int64, int64"
-    capped = band + ", float32"      # the fused kernels' band and soft-cap
+    band = ("float32", "int64", "int64")
+    fused = band + ("scores",)      # the fused kernels' band and scores stage
+    sig = _signature
     T = STANDARD_TILE
     fq, fk = fitting_tile(forward_shared_bytes, d)
     bq, bk = fitting_tile(backward_shared_bytes, d)
     return [
-        ("forward", forward_kernel(fq, fk, d, d, False),
-         f"void({a4}, {a4}, {a4}, {i2}, {capped}, {a4}, {a3}, {c})", (fq, fk)),
-        ("backward_dot", dot_kernel(d, False), f"void({a4}, {a4}, {a3}, {c})", (DOT_ROWS, LANE_COLS)),
+        ("forward", forward_kernel(fq, fk, d, d, False), sig(a4, a4, a4, i2, *fused, a4, a3, c), (fq, fk)),
+        ("backward_dot", dot_kernel(d, False), sig(a4, a4, a3, c), (DOT_ROWS, LANE_COLS)),
         ("backward", backward_kernel(bq, bk, d, d, False),
-         f"void({a4}, {a4}, {a4}, {a4}, {a3}, {a3}, {i2}, {capped}, {a4}, {a4}, {a4}, {c})", (bq, bk)),
-        ("standard_scores", scores_kernel(T, d, False), f"void({a4}, {a4}, {band}, {a4}, {c})", (T, T)),
-        ("standard_softmax", softmax_kernel(T, False), f"void({a4}, {c})", (T, T)),
-        ("standard_pv", pv_kernel(T, d, False), f"void({a4}, {a4}, {a4}, {c})", (T, T)),
+         sig(a4, a4, a4, a4, a3, a3, i2, *fused, a4, a4, a4, c), (bq, bk)),
+        ("standard_scores", scores_kernel(T, d, False), sig(a4, a4, *band, a4, c), (T, T)),
+        ("standard_softmax", softmax_kernel(T, False), sig(a4, c), (T, T)),
+        ("standard_pv", pv_kernel(T, d, False), sig(a4, a4, a4, c), (T, T)),
     ]
 
 
@@ -156,7 +169,7 @@ def sass_loops(sass: str) -> tuple[list[dict[str, Any]], int]:
     return loops, local_ops
 
 
-def _inspect_one(kernel, sig: str, tools: dict[str, str], work: Path, name: str) -> dict[str, Any]:
+def _inspect_one(kernel, sig: tuple, tools: dict[str, str], work: Path, name: str) -> dict[str, Any]:
     from numba import cuda
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     src, cubin = work / f"{name}.ptx", work / f"{name}.cubin"

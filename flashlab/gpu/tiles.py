@@ -12,7 +12,9 @@ the compiler drops them.
 ``online_row_step`` is :func:`flashlab.kernels.rowstep.online_row_step`, the online softmax's
 per-row update, compiled as a device function from the same source the CPU kernels compile with
 ``njit``: a GPU kernel reduces a row's maximum across its lanes itself and hands the scalar
-update to it.
+update to it. ``stage_transforms``, ``score_step`` and ``score_slope`` are the scores stage's
+scalar steps (:mod:`flashlab.kernels.scorestep`), compiled the same way: the kernels take the
+stage's options as one argument, a :class:`~flashlab.kernels.options.ScoresStage` of float32.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from numba import float32, uint64
 from flashlab.gpu.target import _simulating
 from flashlab.gpu.target import cuda as _select_target
 from flashlab.kernels.rowstep import online_row_step as _online_row_step
+from flashlab.kernels.scorestep import score as _score
+from flashlab.kernels.scorestep import slope as _slope
+from flashlab.kernels.scorestep import transforms as _transforms
 
 cuda = _select_target()   # the helpers name `cuda` as a module global (the simulator swaps it)
 # the micro-tile products are inlined into the kernel (their register tiles must not go to
@@ -38,6 +43,11 @@ __all__ = ["stage", "next_tile", "flush", "block_heads", "LANE_ROWS", "LANE_COLS
 #: source (:mod:`flashlab.kernels.rowstep`, documented there, so not in ``__all__``); with float32
 #: arguments every result is float32.
 online_row_step = cuda.jit(device=True)(_online_row_step)
+#: the scores stage's scalar steps on the device (:mod:`flashlab.kernels.scorestep`, the CPU
+#: tile stage's source): whether it transforms, one score, its slope
+stage_transforms = cuda.jit(device=True)(_transforms)
+score_step = cuda.jit(device=True)(_score)
+score_slope = cuda.jit(device=True)(_slope)
 
 
 @cuda.jit(device=True)

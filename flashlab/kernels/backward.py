@@ -61,10 +61,11 @@ which tiles are visited,
 forward's scores stage :func:`~flashlab.kernels.tile.tile_scores` recomputes $S$ — so $P$ is
 recomputed from the very scores the forward normalised.
 
-**Soft-cap.** With ``softcap`` $c > 0$ the scores are $S = c \tanh(S_0 / c) + \text{bias}$,
-$S_0 = \text{scale}\,Q K^\top$; the chain rule multiplies $dS$ by
-$\partial S / \partial S_0 = 1 - \tanh^2(S_0 / c)$, which the scores stage hands back for
-the tile, before $dQ$ and $dK$ take it (the bias gradient is $dS$ before that factor).
+**The scores stage.** With a logit soft-cap $c > 0$ the scores are
+$S = c \tanh(S_0 / c) + \text{bias}$, $S_0 = \text{scale}\,Q K^\top$; the chain rule multiplies
+$dS$ by $\partial S / \partial S_0 = 1 - \tanh^2(S_0 / c)$, which the scores stage
+(:mod:`flashlab.kernels.scorestep`) hands back for the tile, before $dQ$ and $dK$ take it (the
+bias gradient is $dS$ before that factor).
 
 **Bias and dropout.** $S$ is recomputed with the forward's bias
 (:func:`~flashlab.kernels.tile.add_bias_tile`), and
@@ -332,7 +333,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
         s_buf = np.empty(block_q * block_k, dtype=dt)
         dp_buf = np.empty(block_q * block_k, dtype=dt)
         pd_buf = np.empty(block_q * block_k if dropout else 1, dtype=dt)
-        # the scores stage's derivative of each score of the tile (1 - tanh^2(S / softcap))
+        # the scores stage's derivative dS/ds of each score of the tile (scorestep.slope)
         dc_buf = np.empty(block_q * block_k if chain else 1, dtype=dt)
         dsum = np.empty(block_q, dtype=dt)
         psum = np.empty(block_q, dtype=np.float64)
@@ -379,8 +380,8 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
                 s = s_buf[: rows_t * cols].reshape((rows_t, cols))
                 dp = dp_buf[: rows_t * cols].reshape((rows_t, cols))
                 dc = dc_buf[: rows_t * cols].reshape((rows_t, cols)) if chain else dc_buf.reshape((1, 1))
-                # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias,
-                # masked entries -inf: the forward's scores stage (dc gets the cap's derivative)
+                # S = score(scale (Q_i K_j^T + Q^rope_i K^rope_j^T)) + bias, masked entries
+                # -inf: the forward's scores stage (dc gets dS/ds where the stage transforms)
                 if tile_scores(s, qs_t, k_blk, qrs_t, kr_blk, ti0, tj0, cls != FULL, mask2d,
                                bias2d, slope, dc, chain, options):
                     bad = 1
@@ -411,7 +412,7 @@ def flash_backward_kernel(do, q, k, v, o, lse, n_split, dq, dk_part, dv_part, dq
                     # dbias += dS   (the bias is added after scaling)
                     add_dbias(dp, ti0, tj0, dbias2d)
                 if chain:
-                    # dS <- dS o dS/d(scaled product), 1 - tanh^2(S / softcap) for the soft-cap
+                    # dS <- dS o dS/d(scaled product)   (1 - tanh^2(s / c) for a soft-cap c)
                     # (the bias is added after the transform: dbias above took dS before it)
                     scale_by(dp, dc)
                 # dQ_i += dS K_j   (the factor scale is applied once, after the last tile)

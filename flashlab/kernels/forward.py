@@ -138,7 +138,7 @@ def flash_forward_kernel(q, k, v, o, lse, row_max, tiles_done, overflow, options
             s = s_buf[: (r1 - r0) * (tj1 - tj0)].reshape((r1 - r0, tj1 - tj0))
             kr = k_rope[b, h // group_r, tj0:tj1] if has_rope else k_rope[0, 0, 0:1]
             qrs_t = qrs[r0:r1] if has_rope else qrs
-            # S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias, masked
+            # S = score(scale (Q_i K_j^T + Q^rope_i K^rope_j^T)) + bias, masked
             if tile_scores(s, qs[r0:r1], k[b, hk, tj0:tj1], qrs_t, kr, ti0, tj0, cls != FULL,
                            mask2d, bias2d, slope, s, False, options):
                 bad = 1

@@ -9,8 +9,10 @@ placeholder arrays of the same type, so a problem without a bias compiles nothin
 
 Fields (the shapes are the kernels' layout, :mod:`flashlab.kernels.forward`):
 
-- ``scale``: the factor of ``q k^T`` (compute dtype); ``softcap``: logit soft-cap, 0 = off
-  (scores become ``softcap * tanh(s / softcap)`` after scaling, before bias and mask);
+- ``scale``: the factor of ``q k^T`` (compute dtype);
+- the scores stage's options, :class:`ScoresStage`'s fields in the compute dtype, flat (a
+  parallel kernel's arguments cannot hold a nested tuple): the record is itself a stage that
+  :mod:`flashlab.kernels.scorestep` reads (applied after scaling, before bias and mask);
 - ``left``, ``right``: the band ``[i - left, i + right]``, clamped to the lengths;
 - ``block_q``, ``block_k``: the tile;
 - ``mask`` (Bm, Hm, Sqm, Skm) bool, True = masked out, read when ``has_mask``;
@@ -25,11 +27,14 @@ Fields (the shapes are the kernels' layout, :mod:`flashlab.kernels.forward`):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["TileOptions", "NO_MASK", "NO_SLOPES", "no_operand"]
+from flashlab.arguments import as_real
+
+__all__ = ["TileOptions", "ScoresStage", "scores_stage", "NO_MASK", "NO_SLOPES", "no_operand"]
 
 #: placeholder for an absent dense mask (never read, ``has_mask`` is False)
 NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
@@ -44,10 +49,43 @@ def no_operand(dtype) -> np.ndarray:
     return _NO_OPERAND[np.dtype(dtype)]
 
 
+class ScoresStage(NamedTuple):
+    """The options of the scores stage (:mod:`flashlab.kernels.scorestep`): what turns a scaled
+    product into a score. Built and checked by :func:`scores_stage`; the kernels read it in
+    the compute dtype (:meth:`in_dtype`)."""
+
+    #: logit soft-cap ``c`` (0 = off): the scores become ``c tanh(s / c)``
+    softcap: float = 0.0
+
+    def in_dtype(self, dtype) -> ScoresStage:
+        """The record with every field in ``dtype`` (a float32 kernel reads float32 options)."""
+        return type(self)(*(dtype(x) for x in self))
+
+
+def scores_stage(name: Callable[[str], str] = str, **given) -> ScoresStage:
+    """The :class:`ScoresStage` of the keyword arguments ``given`` (absent ones: off), each
+    checked by its rule here, the one rule every entry point uses; ``name`` maps a field to
+    the caller's name for it in messages (a door's own spelling).
+
+    ``softcap``: a real number >= 0 (0.0 = off) that float32, the narrowest compute dtype,
+    holds (a cap beyond 3.4e38 caps nothing). An unknown keyword is a ``TypeError``.
+    """
+    unknown = sorted(set(given) - set(ScoresStage._fields))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; the scores stage "
+                        f"takes {', '.join(ScoresStage._fields)}")
+    cap = as_real(name("softcap"), given.get("softcap", 0.0), lo=0.0,
+                  what="a real number >= 0 (0.0 = off)")
+    if cap > float(np.finfo(np.float32).max):
+        raise ValueError(f"{name('softcap')}={cap} overflows float32 (it must be < 3.4e38; 0.0 = off)")
+    return ScoresStage(softcap=cap)
+
+
 class TileOptions(NamedTuple):
     """Everything a kernel needs besides its operands and outputs (see the module docstring)."""
 
     scale: float
+    # the scores stage: ScoresStage's fields, flat (tests/test_scorestep.py holds them there)
     softcap: float
     left: int
     right: int

@@ -29,11 +29,14 @@ from flashlab.dropout import keep
 from flashlab.kernels.blas import gemm_nn, gemm_nt  # (importing blas also pins it to one thread)
 from flashlab.kernels.intrinsics import int_bits_as_float32, maxnum
 from flashlab.kernels.rowstep import online_row_step as _online_row_step
+from flashlab.kernels.scorestep import score as _score
+from flashlab.kernels.scorestep import slope as _slope
+from flashlab.kernels.scorestep import transforms as _transforms
 from flashlab.masks import mask_at
 from flashlab.numba_cache import CACHE
 
 __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_finite",
-           "drop_tile", "mask_tile", "cap_scores", "finish_scores", "scores_chain", "tile_scores",
+           "drop_tile", "mask_tile", "stage_scores", "finish_scores", "scores_chain", "tile_scores",
            "exp_nonpositive", "exp_shifted", "row_max",
            "online_softmax_update", "rescale_rows", "finalize_rows", "store_scaled"]
 
@@ -42,6 +45,11 @@ __all__ = ["qblock_order", "head_operands", "score_tile", "add_bias_tile", "all_
 #: update of the online softmax; ``numba.cuda.jit(device=True)`` compiles the same source;
 #: documented there, so not in ``__all__``)
 online_row_step = njit(cache=CACHE, inline="always")(_online_row_step)
+#: the scores stage's scalar steps (:mod:`flashlab.kernels.scorestep`, documented there) compiled
+#: for the CPU: whether the stage transforms, one score, its slope
+stage_transforms = njit(cache=CACHE, inline="always")(_transforms)
+score_step = njit(cache=CACHE, inline="always")(_score)
+score_slope = njit(cache=CACHE, inline="always")(_slope)
 
 
 @njit(cache=CACHE, inline="always")
@@ -173,38 +181,41 @@ def mask_tile(s, i0, j0, left, right, band_partial, mask2d, has_mask):
 
 
 @njit(cache=CACHE)
-def cap_scores(s, softcap, dcap, keep_dcap):
-    """Logit soft-capping in place: ``S <- softcap tanh(S / softcap)``, ``softcap > 0``.
+def stage_scores(s, stage, dscore, keep_dscore):
+    """The scores stage in place on a tile of scaled products: ``S <- score(s)`` entry by
+    entry (:func:`flashlab.kernels.scorestep.score`; call it where ``transforms(stage)``).
+    ``stage``: a record with the stage's fields (the kernels' ``TileOptions``).
 
-    With ``keep_dcap`` the derivative ``1 - tanh^2(S / softcap)`` of each entry is written
-    to ``dcap`` (same shape as ``s``): the backward's ``dS`` picks it up. Computed in float64
-    and rounded once to the tile's dtype (one rounding instead of three in float32).
+    With ``keep_dscore`` the derivative ``dS/ds`` of each entry
+    (:func:`~flashlab.kernels.scorestep.slope`) is written to ``dscore`` (same shape as ``s``):
+    the backward's ``dS`` picks it up. Computed in float64 and rounded once to the tile's
+    dtype (one rounding instead of three in float32).
     """
     rows, cols = s.shape
-    c64 = np.float64(softcap)
     for r in range(rows):
         for c in range(cols):
-            # t = tanh(s / softcap);  s <- softcap t;  ds_capped/ds = 1 - t^2
-            t = math.tanh(np.float64(s[r, c]) / c64)
-            s[r, c] = c64 * t
-            if keep_dcap:
-                dcap[r, c] = 1.0 - t * t
+            # S = score(s);  dS/ds = slope(S)   (in float64: s is widened, the result rounded once)
+            v = score_step(np.float64(s[r, c]), stage)
+            s[r, c] = v
+            if keep_dscore:
+                dscore[r, c] = score_slope(v, stage)
 
 
 @njit(cache=CACHE)
 def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dscore, keep_dscore, options):
-    """Soft-cap, bias and mask on a tile of raw scaled scores ``s`` (rows ``i0..``, cols
-    ``j0..``); returns True if a bias sum overflowed (with ``options.check_overflow``).
+    """The scores stage, bias and mask on a tile of raw scaled scores ``s`` (rows ``i0..``,
+    cols ``j0..``); returns True if a bias sum overflowed (with ``options.check_overflow``).
 
-    The order is flash_attn's: ``S = softcap tanh(scale q k^T / softcap) + bias``, then the
-    masked entries (band, when ``band_partial``; the dense mask) are set to ``-inf``.
-    With ``keep_dscore`` (only where :func:`scores_chain` is True) the derivative of each score
-    with respect to its scaled product, ``1 - tanh^2(S / softcap)``, is written to ``dscore``
-    (see :func:`cap_scores`).
+    The order is flash_attn's: ``S = score(scale q k^T) + bias`` (``score`` of
+    :mod:`flashlab.kernels.scorestep`: the logit soft-cap), then the masked entries (band,
+    when ``band_partial``; the dense mask) are set to ``-inf``. With ``keep_dscore`` (only
+    where :func:`scores_chain` is True) the derivative of each score with respect to its
+    scaled product is written to ``dscore`` (see :func:`stage_scores`).
     """
     bad = False
-    if options.softcap > 0:
-        cap_scores(s, options.softcap, dscore, keep_dscore)
+    if stage_transforms(options):
+        # S <- score(s)   (the scores stage: the record carries its fields)
+        stage_scores(s, options, dscore, keep_dscore)
     if options.has_bias or options.has_alibi:
         # S += bias_ij  (and the ALiBi term)
         bad = add_bias_tile(s, i0, j0, bias2d, options.has_bias, slope, options.has_alibi,
@@ -217,10 +228,10 @@ def finish_scores(s, i0, j0, band_partial, mask2d, bias2d, slope, dscore, keep_d
 
 @njit(cache=CACHE)
 def scores_chain(options) -> bool:
-    """Whether the stage's scores are a nonlinear function of the scaled products (the soft-cap
-    is), so that the backward must chain ``dS`` through the derivative :func:`tile_scores`
+    """Whether the stage's scores are a nonlinear function of the scaled products (a logit
+    soft-cap makes them one), so that the backward must chain ``dS`` through the derivative :func:`tile_scores`
     keeps in ``dscore``. The bias and the masks are added after it and need no factor."""
-    return options.softcap > 0
+    return stage_transforms(options)
 
 
 @njit(cache=CACHE)
@@ -229,7 +240,7 @@ def tile_scores(s, qs_blk, k_blk, qrs_blk, kr_blk, i0, j0, band_partial, mask2d,
     """The scores of one tile, as every kernel sees them; returns True if a score overflowed.
 
     ``s`` (rows, cols) gets
-    ``S = softcap tanh(scale (Q_i K_j^T + Q^rope_i K^rope_j^T) / softcap) + bias``, masked
+    ``S = score(scale (Q_i K_j^T + Q^rope_i K^rope_j^T)) + bias``, masked
     entries ``-inf``: :func:`score_tile` (``qs_blk`` already scaled), the overflow test of
     ``options.check_overflow`` (:func:`all_finite`), then :func:`finish_scores` (which keeps
     the scores' derivative in ``dscore`` with ``keep_dscore``). The forward, the backward and

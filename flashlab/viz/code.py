@@ -10,12 +10,13 @@ if TYPE_CHECKING:
 __all__ = ["show_source"]
 
 
-def show_source(obj) -> "IPython.display.Markdown":
-    """The source of a function, class or module as a highlighted Python block.
+def show_source(*objs) -> "IPython.display.Markdown":
+    """The source of one or more functions, classes or modules as one highlighted Python block
+    (several are separated by a blank line, in the order given).
 
     Returned as ``IPython.display.Markdown`` so the notebook and the HTML book both render
     it as a code block (and nbval compares it as text).
     """
     from IPython.display import Markdown
 
-    return Markdown(f"```python\n{inspect.getsource(obj)}```")
+    return Markdown("```python\n" + "\n\n".join(inspect.getsource(o) for o in objs) + "```")
