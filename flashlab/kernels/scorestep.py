@@ -12,16 +12,17 @@ $$
 
 The options are one record, :class:`flashlab.kernels.options.ScoresStage` (its field rules are
 there); a ``stage`` below is any record with its fields: that record (the GPU twin's kernels take
-it, in float32) or the CPU kernels' ``TileOptions``, which carries them flat. :func:`transforms` says whether the stage changes the scores at all, :func:`score` maps
-one scaled product to its score and :func:`slope` gives the derivative the backward's
-$dS$ picks up, from the score alone (so a kernel that recomputes $S$ needs nothing else).
-They use plain arithmetic and ``math`` only, so the same source compiles with ``numba.njit``
-for the CPU tile stage (:func:`flashlab.kernels.tile.stage_scores`) and with
-``numba.cuda.jit(device=True)`` for the GPU twin's kernels, as the online softmax's per-row
-update (:mod:`flashlab.kernels.rowstep`) does. Adding a scores option means a field of the
-record, these three functions, the float64 reference and the doors' keywords: no kernel changes.
-Every result has the type of its arguments (float32 scores and a float32 record stay float32
-on the GPU).
+it, in float32) or the CPU kernels' ``TileOptions``, which carries them flat.
+:func:`transforms` says whether the stage changes the scores at all, :func:`score` maps one
+scaled product to its score and :func:`slope` gives the derivative the backward's $dS$ picks
+up, from the score alone (so a kernel that recomputes $S$ needs nothing else). They use plain
+arithmetic and ``math`` only, so the same source compiles with ``numba.njit`` for the CPU tile
+stage (:func:`flashlab.kernels.tile.stage_scores`) and with ``numba.cuda.jit(device=True)`` for
+the GPU twin's kernels, as the online softmax's per-row update
+(:mod:`flashlab.kernels.rowstep`) does. Adding a scores option means a field of the records
+(``ScoresStage`` and ``TileOptions``) with its rule, these three functions, the float64
+reference and the doors' keywords: no kernel changes. Every result has the type of its
+arguments (float32 scores and a float32 record stay float32 on the GPU).
 """
 from __future__ import annotations
 
