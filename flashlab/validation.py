@@ -25,7 +25,7 @@ except ImportError:         # pragma: no cover - without ml_dtypes there are no 
 from flashlab.arguments import as_bool, as_int, as_real
 from flashlab.dropout import keep_threshold
 from flashlab.input_scan import finite_and_max_sq_norm, finite_and_max_sq_norm_serial
-from flashlab.kernels.options import ScoresStage, scores_stage
+from flashlab.kernels.options import ScoresStage, scores_stage, takes_scores_stage
 from flashlab.masks import band_from, clamp_band
 from flashlab.numba_cache import thread_safe
 from flashlab.tiling import FORWARD_BLOCK, runs_decode
@@ -313,6 +313,7 @@ def _alibi(alibi_slopes, alibi_offset, alibi_sqrt, target: tuple[int, int, int, 
     return alibi_slopes, 0 if alibi_offset is None else alibi_offset, as_bool("alibi_sqrt", alibi_sqrt)
 
 
+@takes_scores_stage
 def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
             q_rope=None, k_rope=None, bias=None, alibi_slopes=None, alibi_offset=None,
             alibi_sqrt=False, dropout_p=0.0, seed=0, offset=0,

@@ -119,3 +119,20 @@ def test_the_kernels_record_carries_the_stage_flat():
     tuple), so it has every field of the stage's record; api fills them from the checked problem."""
     from flashlab.kernels.options import TileOptions
     assert set(ScoresStage._fields) <= set(TileOptions._fields)
+
+
+def test_doors_that_pass_the_stage_on_show_its_keywords():
+    """``help()`` of a function that takes the stage as ``**scores`` lists each field with its
+    default, as if spelled out; the call still goes through the record's rule."""
+    from flashlab.gpu.attention import flash_attention_backward_gpu, flash_attention_gpu
+    from flashlab.validation import prepare
+    for fn in (prepare, flash_attention_gpu, flash_attention_backward_gpu):
+        params = inspect.signature(fn).parameters
+        assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), fn.__name__
+        for field, default in ScoresStage._field_defaults.items():
+            assert params[field].kind is inspect.Parameter.KEYWORD_ONLY
+            assert params[field].default == default
+    x = np.ones((1, 1, 3, 4))
+    assert prepare(x, x, x, softcap=2.0).scores == ScoresStage(softcap=2.0)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) sofcap"):
+        prepare(x, x, x, sofcap=2.0)

@@ -25,6 +25,7 @@ from flashlab.gpu.standard import (
 )
 from flashlab.gpu.target import STATIC_SHARED_LIMIT, is_simulator
 from flashlab.gpu.traffic import COUNTER_SLOTS
+from flashlab.kernels.options import takes_scores_stage
 from flashlab.masks import kv_block_range
 from flashlab.tiling import cdiv
 from flashlab.traffic import Traffic
@@ -107,6 +108,7 @@ def _counter():
     return cuda.to_device(np.zeros(COUNTER_SLOTS, dtype=np.int64))
 
 
+@takes_scores_stage
 def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
                         block_k: int | None = None, count_traffic=False, **scores):
     """Fused attention forward on CUDA (or the simulator): ``(o, lse)`` or ``(o, lse, traffic)``.
@@ -139,6 +141,7 @@ def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
     return out + (Traffic.from_counter(counter.copy_to_host()),) if count else out
 
 
+@takes_scores_stage
 def flash_attention_backward_gpu(do, q, k, v, o, lse, *, causal=False,
                                  block_q: int | None = None, block_k: int | None = None,
                                  count_traffic=False, **scores):

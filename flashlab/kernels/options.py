@@ -27,14 +27,16 @@ Fields (the shapes are the kernels' layout, :mod:`flashlab.kernels.forward`):
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from flashlab.arguments import as_real
 
-__all__ = ["TileOptions", "ScoresStage", "scores_stage", "NO_MASK", "NO_SLOPES", "no_operand"]
+__all__ = ["TileOptions", "ScoresStage", "scores_stage", "takes_scores_stage", "NO_MASK", "NO_SLOPES",
+           "no_operand"]
 
 #: placeholder for an absent dense mask (never read, ``has_mask`` is False)
 NO_MASK = np.zeros((1, 1, 1, 1), dtype=np.bool_)
@@ -79,6 +81,22 @@ def scores_stage(name: Callable[[str], str] = str, **given) -> ScoresStage:
     if cap > float(np.finfo(np.float32).max):
         raise ValueError(f"{name('softcap')}={cap} overflows float32 (it must be < 3.4e38; 0.0 = off)")
     return ScoresStage(softcap=cap)
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def takes_scores_stage(fn: _F) -> _F:
+    """Show ``fn``'s ``**scores`` as the stage's own keywords: ``help(fn)`` and
+    ``inspect.signature(fn)`` list each :class:`ScoresStage` field, keyword-only, with its
+    default (off). The call itself is unchanged: ``fn`` still hands them to
+    :func:`scores_stage`, which checks them (an unknown keyword is its ``TypeError``)."""
+    signature = inspect.signature(fn)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    stage = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, default=default)
+             for field, default in ScoresStage._field_defaults.items()]
+    fn.__signature__ = signature.replace(parameters=kept + stage)  # type: ignore[attr-defined]
+    return fn
 
 
 class TileOptions(NamedTuple):
