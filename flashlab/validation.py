@@ -328,9 +328,10 @@ def prepare(q, k, v, *, scale=None, causal=False, window=None, mask=None,
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
     value; the message names the argument and the expected shape or value, in ``door``'s
     names (:class:`Door`; a front door that has checked and translated its operands with
-    :func:`operands` passes its own, e.g. CANN's ``query``) or the kernel API's. ``scores``:
-    the scores stage's keywords (:class:`~flashlab.kernels.options.ScoresStage`'s fields),
-    checked by :func:`~flashlab.kernels.options.scores_stage`.
+    :func:`operands` passes its own, e.g. CANN's ``query``) or the kernel API's. The scores
+    stage's keywords (:class:`~flashlab.kernels.options.ScoresStage`'s fields, listed in the
+    signature, taken as ``**scores``) are checked by
+    :func:`~flashlab.kernels.options.scores_stage`.
     """
     door = KERNEL if door is None else door
     q, k, v = operands(KERNEL, q, k, v)

@@ -115,9 +115,10 @@ def flash_attention_gpu(q, k, v, *, causal=False, block_q: int | None = None,
 
     q (B, H, Sq, Dqk), k (B, Hkv, Sk, Dqk), v (B, Hkv, Sk, Dv) float32, H a multiple of Hkv;
     o (B, H, Sq, Dv) and lse (B, H, Sq) float32 (lse = -inf for a row with no allowed key).
-    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i; ``scores``: the scores
-    stage's keywords as :func:`flashlab.flash_attention` takes them (the logit soft-cap; off by
-    default), checked by :func:`flashlab.kernels.options.scores_stage`. Tiles ``block_q x block_k``
+    Scale ``1/sqrt(Dqk)``; ``causal``: key j allowed iff j <= i; the scores stage's keywords
+    (listed in the signature, taken as ``**scores``) as :func:`flashlab.flash_attention` takes
+    them (the logit soft-cap; off by default), checked by
+    :func:`flashlab.kernels.options.scores_stage`. Tiles ``block_q x block_k``
     (``None``: the first of :data:`flashlab.gpu.inspect.TILE_CHOICES` whose shared tiles fit in
     48 KiB). ``traffic`` counts global-memory requests in bytes, equal to
     :func:`flashlab.traffic.tiled_attention_traffic`.
